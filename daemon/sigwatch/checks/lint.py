@@ -1,0 +1,156 @@
+"""``sigwatch patterns lint``: library policy over signature files. Reports every finding.
+
+Codes are stable so they can be referred to: P001 schema, P002 identity, P003 regex, P004
+examples cover every step, P005 keywords honest, P006 catastrophic backtracking, P007 anchoring,
+P008 wording, P009 references, P010 labels, P011 remediation, P012 examples pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import regex
+
+from sigwatch.checks.selftest import run_examples
+from sigwatch.errors import PatternError
+from sigwatch.framing.normalize import normalize
+from sigwatch.patterns.compiled import CompiledSignature, PatternSet
+from sigwatch.pipeline import Engine
+
+__all__ = ["Finding", "lint"]
+
+ALLOWED_LABELS = frozenset({"area", "vendor", "component"})
+PROBE_TIMEOUT = 0.25
+LEADING_WILDCARD = regex.compile(r"^(?:\(\?[a-zA-Z]+\))?\.[*+]")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem: ``level`` is ``error`` (fails lint) or ``warning``."""
+
+    code: str
+    level: str
+    file: str
+    field: str
+    message: str
+
+    def render(self) -> str:
+        field = f" {self.field}:" if self.field else ""
+        return f"{self.file}:{field} {self.message} [{self.code}]"
+
+
+def _example_lines(sig: CompiledSignature) -> list[str]:
+    lines: list[str] = []
+    for ex in sig.examples:
+        if ex.kind != "match":
+            continue
+        for raw in ex.text.splitlines():
+            lines.extend(text for _rank, text in normalize(raw))
+    return lines
+
+
+def _stress_inputs(lines: list[str]) -> list[str]:
+    inputs = ["a" * 65536, " " * 65536, "0" * 65536, "\t:" * 20000]
+    for line in lines[:4]:
+        if not line:
+            continue
+        half = line[: max(1, len(line) // 2)]
+        inputs += [
+            line * 40,
+            half + line[-1:] * 20000,
+            half + " " * 20000 + "!",
+            line + "x" * 30000,
+        ]
+    return inputs
+
+
+def _probe(pattern: regex.Pattern[str], inputs: list[str]) -> float | None:
+    """Worst time over the stress inputs, or None when a call hit the timeout."""
+    worst = 0.0
+    for text in inputs:
+        started = time.perf_counter()
+        try:
+            pattern.search(text, timeout=PROBE_TIMEOUT)
+        except TimeoutError:
+            return None
+        worst = max(worst, time.perf_counter() - started)
+    return worst
+
+
+def _lint_signature(sig: CompiledSignature, strict: bool) -> list[Finding]:
+    f = str(sig.path)
+    out: list[Finding] = []
+
+    def add(code: str, field: str, message: str, level: str = "error") -> None:
+        out.append(Finding(code, level, f, field, message))
+
+    if sig.path.stem != sig.id:
+        add("P002", "id", f"id {sig.id!r} must equal the file name {sig.path.stem!r}")
+    matches = [e for e in sig.examples if e.kind == "match"]
+    no_matches = [e for e in sig.examples if e.kind == "no_match"]
+    want_matches = 2 if strict else 1
+    if len(matches) < want_matches:
+        add("P004", "examples", f"needs at least {want_matches} match examples, has {len(matches)}")
+    if not no_matches:
+        add("P004", "examples", "needs at least one no_match example (a near miss)")
+    lines = _example_lines(sig)
+    for index, step in enumerate(sig.steps):
+        field = "match" if index == 0 else f"match.then[{index - 1}]"
+        hit = [t for t in lines if step.pattern.search(t, timeout=PROBE_TIMEOUT)]
+        if not hit:
+            add("P004", f"{field}.regex", "no match example exercises this regex")
+        if step.keywords:
+            for text in hit:
+                if not any(k in text for k in step.keywords):
+                    add("P005", f"{field}.keywords",
+                        f"example line matches the regex but holds no keyword: {text[:80]!r}")
+        elif strict:
+            add("P005", f"{field}.keywords",
+                "no keyword could be derived; give [match] keywords so the prefilter works",
+                level="warning")
+        if _probe(step.pattern, _stress_inputs(lines)) is None:
+            add("P006", f"{field}.regex",
+                f"catastrophic backtracking: a stress input ran past {PROBE_TIMEOUT}s")
+        if LEADING_WILDCARD.search(step.source):
+            add("P007", f"{field}.regex", "leading .* or .+ is slow and matches user text",
+                level="warning")
+    if strict:
+        if not sig.description.startswith("Detects"):
+            add("P008", "description", 'must start with "Detects"')
+        if not sig.falsepositives:
+            add("P008", "falsepositives", 'must not be empty ("Unlikely" is allowed)')
+        if not sig.references:
+            add("P009", "references", "needs at least one public source for the wording")
+        for i, ref in enumerate(sig.references):
+            if not ref.startswith("https://"):
+                add("P009", f"references[{i}]", "must be an https URL")
+        if not sig.remediation.action:
+            add("P011", "remediation.action", "every signature needs an action class")
+    for key in dict(sig.labels):
+        if key not in ALLOWED_LABELS:
+            add("P010", f"labels.{key}", f"label key not allowed (allowed: "
+                f"{', '.join(sorted(ALLOWED_LABELS))})")
+    if sig.severity.label in ("error", "critical") and not sig.remediation.summary:
+        add("P011", "remediation.summary", "error and critical signatures must carry the fix")
+    return out
+
+
+def lint(patterns: PatternSet, load_errors: list[PatternError], *,
+         strict: bool = True) -> list[Finding]:
+    """Every finding over a loaded set (``strict`` applies the built-in library's rules)."""
+    findings = [Finding("P001" if "regex" not in e.field else "P003", "error",
+                        e.file, e.field, e.reason) for e in load_errors]
+    for sig in patterns.signatures:
+        findings.extend(_lint_signature(sig, strict))
+    for result in run_examples(patterns, Engine(patterns)):
+        if not result.passed:
+            findings.append(Finding("P012", "error", result.file,
+                                    f"examples[{result.index}]", result.describe()))
+    return findings
+
+
+def default_library_root(patterns: PatternSet) -> Path | None:
+    """The first folder the set was loaded from, for messages."""
+    return patterns.sources[0] if patterns.sources else None

@@ -1,0 +1,51 @@
+"""``Matcher``: runs the candidate steps' regexes on one line, each call bounded by a timeout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sigwatch.engine.prefilter import Prefilter
+from sigwatch.model import LogLine, Match
+from sigwatch.patterns.compiled import PatternSet
+
+__all__ = ["DEFAULT_REGEX_TIMEOUT", "Matcher"]
+
+DEFAULT_REGEX_TIMEOUT = 0.05
+
+
+def _ignore(_signature: str) -> None:
+    return None
+
+
+class Matcher:
+    """Compiled at construction, pure afterwards: no I/O and no globals."""
+
+    def __init__(
+        self,
+        patterns: PatternSet,
+        *,
+        timeout: float = DEFAULT_REGEX_TIMEOUT,
+        on_timeout: Callable[[str], None] = _ignore,
+    ) -> None:
+        self.patterns = patterns
+        self.prefilter = Prefilter(patterns)
+        self.timeout = timeout
+        self._on_timeout = on_timeout
+
+    def match(self, line: LogLine) -> list[Match]:
+        """All steps of all signatures that match ``line``, in (signature, step) order."""
+        out: list[Match] = []
+        signatures = self.patterns.signatures
+        for sig_index, step_index in self.prefilter.steps_for(line.text):
+            sig = signatures[sig_index]
+            step = sig.steps[step_index]
+            try:
+                m = step.pattern.search(line.text, timeout=self.timeout)
+            except TimeoutError:
+                self._on_timeout(sig.id)
+                continue
+            if m is None:
+                continue
+            captures = tuple((k, v) for k, v in m.groupdict().items() if v is not None)
+            out.append(Match(sig.id, step_index, line, captures))
+        return out

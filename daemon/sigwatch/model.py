@@ -1,0 +1,167 @@
+"""Frozen value types that cross layer boundaries.
+
+``LogLine`` leaves framing, ``Match`` leaves the matcher, ``Detection`` leaves the detectors and is
+what every sink receives. ``Detection.to_json`` is the stable JSON shape used by ``scan --format
+json``, the event log and (later) alerts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import IntEnum
+from typing import Any
+
+__all__ = [
+    "Detection",
+    "LogLine",
+    "Match",
+    "Remediation",
+    "RootCause",
+    "Severity",
+    "StreamInfo",
+]
+
+
+class Severity(IntEnum):
+    """Ordered severities; the names are the label values."""
+
+    INFO = 10
+    WARNING = 20
+    ERROR = 30
+    CRITICAL = 40
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        return cls[text.upper()]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    """Where lines come from: the configured source name, the path, and a stable identity.
+
+    ``key`` identifies the stream across restarts (device, inode and head fingerprint for a
+    file; the path for a one-shot scan) and is part of every detection's ``event_id``.
+    """
+
+    source: str
+    path: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One normalised line: ANSI removed, ``\\r`` rewrites split, launcher prefix parsed."""
+
+    stream: StreamInfo
+    offset: int
+    lineno: int
+    text: str
+    rank: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """One step of one signature matched one line."""
+
+    signature: str
+    step: int
+    line: LogLine
+    captures: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Remediation:
+    """The known fix that travels with every detection."""
+
+    summary: str = ""
+    steps: tuple[str, ...] = ()
+    runbook: str = ""
+    action: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary,
+            "steps": list(self.steps),
+            "runbook": self.runbook,
+            "action": self.action,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RootCause:
+    """An earlier detection that this one is fallout of."""
+
+    signature: str
+    title: str
+    text: str
+    path: str
+    offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "signature": self.signature,
+            "title": self.title,
+            "text": self.text,
+            "path": self.path,
+            "offset": self.offset,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """A signature recognised in a stream: the one type every sink consumes."""
+
+    signature: str
+    title: str
+    severity: Severity
+    status: str
+    source: str
+    path: str
+    stream_key: str
+    line: int
+    offset: int
+    text: str
+    time: float
+    remediation: Remediation
+    context: tuple[str, ...] = ()
+    rank: str | None = None
+    captures: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    root_cause: RootCause | None = None
+    host: str = ""
+    first_offset: int = field(default=-1)
+
+    @property
+    def event_id(self) -> str:
+        """Stable idempotency key: the same line in the same file always gives the same id."""
+        raw = f"{self.stream_key}\0{self.offset}\0{self.signature}".encode()
+        return hashlib.sha256(raw).hexdigest()[:24]
+
+    def to_json(self) -> dict[str, Any]:
+        stamp = datetime.fromtimestamp(self.time, tz=UTC).isoformat(timespec="milliseconds")
+        return {
+            "event_id": self.event_id,
+            "time": stamp.replace("+00:00", "Z"),
+            "signature": self.signature,
+            "title": self.title,
+            "severity": self.severity.label,
+            "status": self.status,
+            "source": self.source,
+            "path": self.path,
+            "line": self.line,
+            "offset": self.offset,
+            "rank": self.rank,
+            "text": self.text,
+            "context": list(self.context),
+            "captures": dict(self.captures),
+            "labels": dict(self.labels),
+            "remediation": self.remediation.to_json(),
+            "root_cause": self.root_cause.to_json() if self.root_cause else None,
+            "host": self.host,
+        }

@@ -1,0 +1,108 @@
+"""The on-disk TOML schema of a signature file, as pydantic models (unknown keys are errors)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ACTIONS",
+    "CollateralSpec",
+    "ContextSpec",
+    "ExampleSpec",
+    "KnownFalsePositive",
+    "MatchSpec",
+    "RemediationSpec",
+    "SignatureFile",
+    "StepSpec",
+]
+
+ACTIONS = (
+    "drain_node", "reset_gpu", "restart_job", "fix_job_code", "fix_job_config",
+    "upgrade_library", "fix_environment", "investigate", "none",
+)
+Action = Literal[
+    "drain_node", "reset_gpu", "restart_job", "fix_job_code", "fix_job_config",
+    "upgrade_library", "fix_environment", "investigate", "none",
+]
+SLUG = r"^[a-z][a-z0-9_]{2,63}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+class StepSpec(_Strict):
+    """A follow-up step: must match within ``within_lines`` lines on the same stream and rank."""
+
+    regex: str = Field(min_length=1)
+    keywords: list[str] | None = None
+    within_lines: int = Field(default=50, ge=1, le=10_000)
+
+
+class MatchSpec(_Strict):
+    """The first step, plus optional ordered follow-up steps."""
+
+    regex: str = Field(min_length=1)
+    keywords: list[str] | None = None
+    then: list[StepSpec] = Field(default_factory=list)
+
+
+class ContextSpec(_Strict):
+    """Lines before the trigger to quote in the detection."""
+
+    before: int = Field(default=0, ge=0, le=200)
+    include: list[str] = Field(default_factory=list)
+
+
+class RemediationSpec(_Strict):
+    """The known fix."""
+
+    summary: str = ""
+    steps: list[str] = Field(default_factory=list)
+    runbook: str = ""
+    action: Action | None = None
+
+
+class CollateralSpec(_Strict):
+    """This signature is fallout of others; the detection names the root cause."""
+
+    caused_by: list[str] = Field(min_length=1)
+    within_seconds: float = Field(default=300.0, gt=0)
+
+
+class ExampleSpec(_Strict):
+    """An embedded test: log text that must (or must not) produce a detection."""
+
+    kind: Literal["match", "no_match"]
+    text: str = Field(min_length=1)
+    note: str = ""
+
+
+class KnownFalsePositive(_Strict):
+    """A benign line this signature matches, recorded with the reason it is tolerated."""
+
+    text: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+
+
+class SignatureFile(_Strict):
+    """One signature file. Only ``id``, ``title``, ``severity`` and ``match.regex`` are required."""
+
+    id: str = Field(pattern=SLUG)
+    title: str = Field(min_length=1, max_length=120)
+    severity: Literal["info", "warning", "error", "critical"]
+    description: str = ""
+    status: Literal["experimental", "test", "stable"] = "experimental"
+    labels: dict[str, str] = Field(default_factory=dict)
+    incidents: list[str] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list)
+    falsepositives: list[str] = Field(default_factory=list)
+    supersedes: list[str] = Field(default_factory=list)
+    collateral: CollateralSpec | None = None
+    match: MatchSpec
+    context: ContextSpec = Field(default_factory=ContextSpec)
+    remediation: RemediationSpec = Field(default_factory=RemediationSpec)
+    examples: list[ExampleSpec] = Field(default_factory=list)
+    known_false_positives: list[KnownFalsePositive] = Field(default_factory=list)

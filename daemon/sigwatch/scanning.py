@@ -1,0 +1,42 @@
+"""One-shot reading of whole inputs through the real pipeline (``scan``, self-test, bench)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from sigwatch.framing.lines import DEFAULT_MAX_LINE_BYTES, LineFramer, Segment
+from sigwatch.model import Detection, StreamInfo
+from sigwatch.pipeline import Pipeline, StreamState
+
+__all__ = ["READ_SIZE", "scan_bytes", "scan_stream"]
+
+READ_SIZE = 1 << 20
+
+
+def _segments(reader: BinaryIO, framer: LineFramer) -> Iterator[list[Segment]]:
+    while True:
+        chunk = reader.read(READ_SIZE)
+        if not chunk:
+            break
+        yield framer.feed(chunk)
+    yield framer.finish()
+
+
+def scan_stream(pipeline: Pipeline, stream: StreamInfo, reader: BinaryIO,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[Detection]:
+    """Read ``reader`` to its end, including a last line without newline."""
+    state = StreamState(stream)
+    framer = LineFramer(max_line_bytes)
+    found: list[Detection] = []
+    for segments in _segments(reader, framer):
+        found.extend(pipeline.process(state, segments))
+    return found
+
+
+def scan_bytes(pipeline: Pipeline, stream: StreamInfo, data: bytes,
+               max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[Detection]:
+    """Same as ``scan_stream`` for bytes already in memory."""
+    state = StreamState(stream)
+    framer = LineFramer(max_line_bytes)
+    return pipeline.process(state, framer.feed(data) + framer.finish())

@@ -1,0 +1,126 @@
+"""The one catalogue of metric names.
+
+Every metric sigwatch exports is created here, with its help text and label names. Labels come
+from closed sets only: signature ids, severities, configured source names and small enums of
+reasons. Never a path, a PID or log text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info
+
+__all__ = ["SelfMetrics"]
+
+
+class SelfMetrics:
+    """All of sigwatch's metrics, registered on an injected registry."""
+
+    def __init__(self, registry: CollectorRegistry, version: str) -> None:
+        r = registry
+        # Output.
+        self.detections = Counter(
+            "sigwatch_detections", "Detections of known failure signatures.",
+            ["signature", "severity", "source"], registry=r)
+        self.last_detection = Gauge(
+            "sigwatch_last_detection_timestamp_seconds",
+            "Unix time of the latest detection of a signature (0 = never).",
+            ["signature", "source"], registry=r)
+        # Input.
+        self.lines = Counter(
+            "sigwatch_lines", "Complete lines read.", ["source"], registry=r)
+        self.bytes_read = Counter(
+            "sigwatch_bytes_read", "Bytes read from sources.", ["source"], registry=r)
+        self.lines_truncated = Counter(
+            "sigwatch_lines_truncated",
+            "Lines longer than max_line_bytes, cut to the limit (the rest is not matched).",
+            ["source"], registry=r)
+        self.invalid_utf8 = Counter(
+            "sigwatch_invalid_utf8_lines",
+            "Lines holding invalid UTF-8, decoded with replacement characters.",
+            ["source"], registry=r)
+        self.files_watched = Gauge(
+            "sigwatch_files_watched", "Files currently tailed.", ["source"], registry=r)
+        self.rotations = Counter(
+            "sigwatch_file_rotations",
+            "Files replaced under their path (rename, delete-and-recreate, atomic replace).",
+            ["source"], registry=r)
+        self.truncations = Counter(
+            "sigwatch_file_truncations",
+            "Files truncated or rewritten in place; reading restarted at byte 0.",
+            ["source"], registry=r)
+        self.data_loss = Counter(
+            "sigwatch_data_loss_events",
+            "Places where data could not be read (copytruncate gap, file rotated away while "
+            "the daemon was down, unreadable file).",
+            ["source", "reason"], registry=r)
+        self.nul_bytes_skipped = Counter(
+            "sigwatch_nul_bytes_skipped",
+            "NUL bytes skipped (holes left by a non-O_APPEND writer after truncation).",
+            ["source"], registry=r)
+        self.file_errors = Counter(
+            "sigwatch_file_errors", "Errors opening, reading or statting watched files.",
+            ["source", "reason"], registry=r)
+        self.watch_mode = Gauge(
+            "sigwatch_watch_mode",
+            "1 for the file-change notification mode in use (inotify or polling only).",
+            ["mode"], registry=r)
+        # Matching.
+        self.regex_timeouts = Counter(
+            "sigwatch_regex_timeouts",
+            "Regex calls stopped by the per-call timeout (the line is treated as no match).",
+            ["signature"], registry=r)
+        # Patterns.
+        self.patterns_loaded = Gauge(
+            "sigwatch_patterns_loaded", "Signatures in the active pattern set.", registry=r)
+        self.reload_success = Gauge(
+            "sigwatch_patterns_last_reload_successful",
+            "1 if the last pattern (re)load succeeded, 0 if it failed and the old set is kept.",
+            registry=r)
+        self.reload_failures = Counter(
+            "sigwatch_pattern_reload_failures",
+            "Pattern reloads that failed; the previous set stayed active.", registry=r)
+        self.reload_timestamp = Gauge(
+            "sigwatch_patterns_last_reload_timestamp_seconds",
+            "Unix time of the last pattern reload attempt.", registry=r)
+        # State.
+        self.checkpoint_writes = Counter(
+            "sigwatch_checkpoint_writes", "Checkpoints committed.", registry=r)
+        self.checkpoint_errors = Counter(
+            "sigwatch_checkpoint_errors",
+            "Checkpoint writes that failed (full or read-only state dir); tailing goes on.",
+            registry=r)
+        self.checkpoint_recoveries = Counter(
+            "sigwatch_checkpoint_recoveries",
+            "Start-ups that could not use the newest checkpoint, by what was used instead.",
+            ["mode"], registry=r)
+        self.events_rolled_back = Counter(
+            "sigwatch_events_rolled_back",
+            "Uncommitted event-log records removed at start-up (they are re-emitted on replay).",
+            registry=r)
+        self.sink_errors = Counter(
+            "sigwatch_sink_errors", "Errors writing detections to a sink.", ["sink"],
+            registry=r)
+        self.build_info = Info(
+            "sigwatch_build", "sigwatch version.", registry=r)
+        self.build_info.info({"version": version})
+
+    def declare_signatures(
+        self, signatures: Iterable[tuple[str, str]], sources: Iterable[str],
+    ) -> None:
+        """Create every (signature, source) series at zero so ``increase()`` sees the first hit."""
+        source_list = list(sources)
+        for sig, severity in signatures:
+            self.regex_timeouts.labels(sig)
+            for source in source_list:
+                self.detections.labels(sig, severity, source)
+                self.last_detection.labels(sig, source)
+
+    def declare_sources(self, sources: Iterable[str]) -> None:
+        """Create the per-source input series at zero."""
+        for source in sources:
+            for metric in (self.lines, self.bytes_read, self.lines_truncated, self.invalid_utf8,
+                           self.rotations, self.truncations, self.nul_bytes_skipped):
+                metric.labels(source)
+            self.files_watched.labels(source)
