@@ -154,6 +154,7 @@ class Detection:
             "status": self.status,
             "source": self.source,
             "path": self.path,
+            "stream": self.stream_key,
             "line": self.line,
             "offset": self.offset,
             "rank": self.rank,

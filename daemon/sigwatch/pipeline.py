@@ -56,9 +56,6 @@ class StreamState:
         self.tail: deque[bytes] = deque(maxlen=1)
         self.generation = -1
 
-    def earliest_open_offset(self) -> int | None:
-        """Where a restart must resume so an open multi-step sequence is not lost."""
-        return self.tracker.earliest_open_offset()
 
 
 class Pipeline:

@@ -48,11 +48,15 @@ class SequenceTracker:
         """Drop every open sequence (the pattern set changed)."""
         self._open.clear()
 
-    def earliest_open_offset(self) -> int | None:
-        """Offset of the oldest line that started a still-open sequence (for checkpoints)."""
+    def earliest_open(self) -> tuple[int, int] | None:
+        """(offset, line number) of the oldest line that started a still-open sequence.
+
+        A checkpoint resumes there, so a crash between the steps does not lose the detection.
+        """
         if not self._open:
             return None
-        return min(o.first.line.offset for o in self._open.values())
+        first = min((o.first.line for o in self._open.values()), key=lambda line: line.offset)
+        return first.offset, first.lineno
 
     def feed(
         self,

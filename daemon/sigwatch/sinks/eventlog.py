@@ -42,6 +42,7 @@ class EventLogSink:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(path, "ab")  # noqa: SIM115 - held for the sink's lifetime
         self._dirty = False
+        self._unsynced = False
 
     def roll_back_to(self, commit: EventLogCommit | None) -> int:
         """Cut records written after the last commit; returns how many were removed."""
@@ -64,19 +65,21 @@ class EventLogSink:
         self._dirty = True
 
     def flush(self) -> None:
-        if not self._dirty:
-            return
-        self._fh.flush()
-        if self._fsync:
-            os.fsync(self._fh.fileno())
-        self._dirty = False
+        """Hand written records to the kernel so readers see them (no fsync)."""
+        if self._dirty:
+            self._fh.flush()
+            self._dirty = False
+            self._unsynced = True
 
     def commit_point(self) -> EventLogCommit:
-        """Flush, then describe the file for the checkpoint."""
+        """Flush and fsync, then describe the file for the checkpoint."""
         self.flush()
+        if self._fsync and self._unsynced:
+            os.fsync(self._fh.fileno())
+            self._unsynced = False
         st = os.fstat(self._fh.fileno())
         return EventLogCommit(st.st_dev, st.st_ino, st.st_size)
 
     def close(self) -> None:
-        self.flush()
+        self.commit_point()
         self._fh.close()

@@ -1,0 +1,134 @@
+"""Which files to tail: globs expanded on a timer, with watchdog events as a wake-up hint only.
+
+Notifications are lost on NFS and on queue overflow, so the periodic rescan and poll are the
+source of truth; an event only makes the loop look sooner.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import threading
+from dataclasses import dataclass
+
+import structlog
+
+__all__ = ["ChangeHints", "SourceSpec", "expand_sources", "watch_roots"]
+
+log = structlog.get_logger("sigwatch.discovery")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    """A named set of globs (the ``source`` label) and where to start in pre-existing files."""
+
+    name: str
+    include: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+    start_at: str = "end"
+
+
+def expand_sources(sources: list[SourceSpec], max_files: int) -> tuple[dict[str, str], bool]:
+    """Map absolute path → source name; the first source to claim a path wins.
+
+    Returns the mapping and whether ``max_files`` cut it short.
+    """
+    found: dict[str, str] = {}
+    for spec in sources:
+        for pattern in spec.include:
+            for path in sorted(glob.iglob(os.path.expanduser(pattern), recursive=True)):
+                full = os.path.abspath(path)
+                if full in found or any(fnmatch.fnmatch(full, ex) for ex in spec.exclude):
+                    continue
+                if os.path.isdir(full):
+                    continue
+                if len(found) >= max_files:
+                    return found, True
+                found[full] = spec.name
+    return found, False
+
+
+def watch_roots(patterns: list[str]) -> list[tuple[str, bool]]:
+    """(folder, recursive) to watch for each glob: its longest existing non-wildcard prefix."""
+    roots: dict[str, bool] = {}
+    for pattern in patterns:
+        parts = os.path.abspath(os.path.expanduser(pattern)).split(os.sep)
+        fixed: list[str] = []
+        for part in parts[:-1]:
+            if glob.has_magic(part):
+                break
+            fixed.append(part)
+        recursive = "**" in pattern or len(fixed) < len(parts) - 1
+        folder = os.sep.join(fixed) or os.sep
+        while not os.path.isdir(folder) and folder != os.sep:
+            folder = os.path.dirname(folder)
+        roots[folder] = roots.get(folder, False) or recursive
+    return sorted(roots.items())
+
+
+class ChangeHints:
+    """A watchdog observer that records which paths changed and wakes the pump."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._dirty: set[str] = set()
+        self._rescan = False
+        self._observer: object | None = None
+        self.mode = "polling"
+
+    def start(self, roots: list[tuple[str, bool]]) -> str:
+        """Start watching; returns ``inotify`` or ``polling`` (when notifications failed)."""
+        try:
+            from watchdog.events import FileSystemEvent, FileSystemEventHandler  # noqa: PLC0415
+            from watchdog.observers import Observer  # noqa: PLC0415
+        except ImportError:  # pragma: no cover - watchdog is a hard dependency
+            return self.mode
+
+        hints = self
+
+        class _Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                hints._note(event)
+
+        observer = Observer()
+        try:
+            for folder, recursive in roots:
+                observer.schedule(_Handler(), folder, recursive=recursive)
+            observer.start()
+        except OSError as exc:  # ENOSPC: inotify watch limit; EMFILE: instance limit
+            log.warning("inotify_unavailable_polling", error=str(exc))
+            try:
+                observer.stop()
+            except Exception:  # noqa: BLE001 - best effort on an observer that never ran
+                pass
+            return self.mode
+        self._observer = observer
+        self.mode = "inotify"
+        return self.mode
+
+    def _note(self, event: object) -> None:
+        kind = getattr(event, "event_type", "")
+        paths = [getattr(event, "src_path", ""), getattr(event, "dest_path", "")]
+        with self._lock:
+            for p in paths:
+                if p:
+                    self._dirty.add(os.fsdecode(p))
+            if kind in ("created", "moved", "deleted") or getattr(event, "is_directory", False):
+                self._rescan = True
+        self._wake.set()
+
+    def take(self) -> tuple[set[str], bool]:
+        """The paths that changed since the last call, and whether a rescan is due."""
+        with self._lock:
+            dirty, rescan = self._dirty, self._rescan
+            self._dirty, self._rescan = set(), False
+        return dirty, rescan
+
+    def stop(self) -> None:
+        observer = self._observer
+        if observer is not None:
+            observer.stop()  # type: ignore[attr-defined]
+            observer.join(timeout=5)  # type: ignore[attr-defined]
+            self._observer = None

@@ -1,0 +1,293 @@
+"""Tailing files: ``FileStream`` reads one open file, ``FileTailer`` follows one path.
+
+Identity is (device, inode) plus a fingerprint of the file's head (its first line, at most 64
+bytes), so a reused inode is not mistaken for the old file. A stream remembers the last bytes
+it consumed (the offset marker): if they are no longer there, the file was truncated or
+rewritten in place, even when it has grown past the old offset. On rotation the old file is
+drained to its end (and kept open ``rotate_wait`` seconds for a writer that still holds it)
+while the new file is read from byte 0.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat as stat_mod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sigwatch.framing.lines import LineFramer, Segment
+from sigwatch.model import StreamInfo
+
+__all__ = [
+    "HEAD_BYTES",
+    "Draining",
+    "Resume",
+    "FileStream",
+    "FileTailer",
+    "TailObserver",
+    "head_fingerprint",
+]
+
+HEAD_BYTES = 64
+MARKER_BYTES = 32
+
+
+def head_fingerprint(head: bytes) -> tuple[int, str] | None:
+    """(length, hash) of a file's head: its first line or first 64 bytes; None if incomplete."""
+    nl = head.find(b"\n", 0, HEAD_BYTES)
+    if nl != -1:
+        cut = head[: nl + 1]
+    elif len(head) >= HEAD_BYTES:
+        cut = head[:HEAD_BYTES]
+    else:
+        return None
+    return len(cut), hashlib.sha256(cut).hexdigest()[:16]
+
+
+class TailObserver(Protocol):
+    """What a tailer reports; the app turns each call into a log event and a metric."""
+
+    def rotated(self, source: str, path: str) -> None: ...
+    def truncated(self, source: str, path: str) -> None: ...
+    def file_error(self, source: str, path: str, reason: str, error: str) -> None: ...
+    def opened(self, source: str, path: str, offset: int) -> None: ...
+    def closed(self, source: str, path: str, unread: int) -> None: ...
+
+
+@dataclass(slots=True)
+class Resume:
+    """Where a stream starts: byte offset, line number there, and the replay threshold."""
+
+    offset: int = 0
+    lineno: int = 0
+    emitted: int = -1
+    marker: bytes = b""
+
+
+class FileStream:
+    """One open file. Reads with ``pread`` so the file position never matters."""
+
+    def __init__(self, source: str, path: str, fd: int, st: os.stat_result,
+                 resume: Resume, max_line_bytes: int) -> None:
+        self.source = source
+        self.path = path
+        self.fd = fd
+        self.dev = st.st_dev
+        self.ino = st.st_ino
+        self.offset = resume.offset          # next byte to read
+        self.start_lineno = resume.lineno
+        self.emitted = resume.emitted
+        self.framer = LineFramer(max_line_bytes, resume.offset)
+        self.marker = resume.marker          # last bytes consumed, ending at self.offset
+        self.head = b""
+        self.fingerprint: tuple[int, str] | None = None
+        self.truncations = 0
+        self._info: StreamInfo | None = None
+        self.closed = False
+        self._load_head()
+
+    def _load_head(self) -> None:
+        try:
+            head = os.pread(self.fd, HEAD_BYTES, 0)
+        except OSError:
+            return
+        self.head = head
+        self.fingerprint = head_fingerprint(head)
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        return (self.dev, self.ino)
+
+    @property
+    def info(self) -> StreamInfo:
+        """Stable once the head is complete (always the case once a line was read)."""
+        if self._info is None or self._info.key.endswith(":"):
+            fp = self.fingerprint[1] if self.fingerprint else ""
+            self._info = StreamInfo(self.source, self.path, f"{self.dev}:{self.ino}:{fp}")
+        return self._info
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def marker_intact(self) -> bool:
+        """False when the bytes before our offset are not the ones we read (rewritten)."""
+        if not self.marker or self.offset < len(self.marker):
+            return True
+        try:
+            now = os.pread(self.fd, len(self.marker), self.offset - len(self.marker))
+        except OSError:
+            return True
+        return now == self.marker
+
+    def restart_at_zero(self) -> None:
+        """Truncation or rewrite: forget the position and read the file again from byte 0."""
+        self.offset = 0
+        self.emitted = -1
+        self.marker = b""
+        self.framer.reset(0)
+        self.truncations += 1
+        self.head = b""
+        self.fingerprint = None
+        self._info = None
+        self._load_head()
+
+    def read(self, budget: int) -> tuple[list[Segment], int]:
+        """Read up to ``budget`` bytes; returns the completed segments and the bytes read."""
+        data = os.pread(self.fd, budget, self.offset)
+        if not data:
+            return [], 0
+        if self.fingerprint is None and self.offset < HEAD_BYTES:
+            self._load_head()
+        self.offset += len(data)
+        self.marker = (self.marker + data)[-MARKER_BYTES:]
+        return self.framer.feed(data), len(data)
+
+    def finish(self) -> list[Segment]:
+        """The file is gone for good: hand out a last line that never got its newline."""
+        return self.framer.finish()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+
+def _open_readonly(path: str) -> tuple[int, os.stat_result]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "not a regular file", path)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def start_offset_at_end(fd: int, size: int) -> int:
+    """End of the file, moved back to the start of an unfinished last line."""
+    if size == 0:
+        return 0
+    back = min(size, 1 << 16)
+    tail = os.pread(fd, back, size - back)
+    nl = tail.rfind(b"\n")
+    if nl == -1:
+        return size - back if back < size else 0
+    return size - back + nl + 1
+
+
+@dataclass(slots=True)
+class Draining:
+    """A retired file still read until its end and its rotate_wait have passed."""
+
+    stream: FileStream
+    deadline: float
+
+
+class FileTailer:
+    """Follows one path: opens it, notices rotation, truncation and deletion, drains old files."""
+
+    def __init__(
+        self,
+        source: str,
+        path: str,
+        *,
+        observer: TailObserver,
+        max_line_bytes: int,
+        rotate_wait: float,
+        adopt: Callable[[tuple[int, int]], FileStream | None],
+    ) -> None:
+        self.source = source
+        self.path = path
+        self.current: FileStream | None = None
+        self.draining: list[Draining] = []
+        self._observer = observer
+        self._max_line_bytes = max_line_bytes
+        self._rotate_wait = rotate_wait
+        self._adopt = adopt
+        self._failing: str | None = None
+
+    def streams(self) -> list[FileStream]:
+        """Every open stream: draining ones first, then the current one."""
+        out = [d.stream for d in self.draining]
+        if self.current is not None:
+            out.append(self.current)
+        return out
+
+    def open(self, resume: Callable[[os.stat_result, int], Resume]) -> FileStream | None:
+        """Open the path now; ``resume`` decides where to start from its stat and fd."""
+        try:
+            fd, st = _open_readonly(self.path)
+        except OSError as exc:
+            self._error(exc)
+            return None
+        adopted = self._adopt((st.st_dev, st.st_ino))
+        if adopted is not None:  # the same file is already followed under another name
+            os.close(fd)
+            adopted.path = self.path
+            self.current = adopted
+            self._failing = None
+            return adopted
+        stream = FileStream(self.source, self.path, fd, st, resume(st, fd), self._max_line_bytes)
+        self.current = stream
+        self._failing = None
+        self._observer.opened(self.source, self.path, stream.offset)
+        return stream
+
+    def _error(self, exc: OSError) -> None:
+        reason = {errno.ENOENT: "missing", errno.EACCES: "permission",
+                  errno.EPERM: "permission", errno.EMFILE: "fd_limit",
+                  errno.ENFILE: "fd_limit", errno.EISDIR: "not_regular"}.get(
+            exc.errno or 0, "io")
+        if reason != "missing" and self._failing != reason:
+            self._observer.file_error(self.source, self.path, reason, str(exc))
+        self._failing = reason
+
+    def release(self, stream: FileStream) -> None:
+        """Stop following ``stream`` under this path (another tailer adopted it)."""
+        self.draining = [d for d in self.draining if d.stream is not stream]
+        if self.current is stream:
+            self.current = None
+
+    def check_path(self, now: float, new_resume: Callable[[os.stat_result, int], Resume]) -> None:
+        """Compare the path with the open file: rotation, deletion, truncation, reappearance."""
+        cur = self.current
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if cur is not None:
+                self._retire(cur, now)
+            return
+        except OSError as exc:
+            self._error(exc)  # unknown is not deleted: keep what we have
+            return
+        if cur is None:
+            self.open(new_resume)
+            return
+        if (st.st_dev, st.st_ino) != cur.identity:
+            self._observer.rotated(self.source, self.path)
+            self._retire(cur, now)
+            self.open(new_resume)
+            return
+        if st.st_size < cur.offset or not cur.marker_intact():
+            self._observer.truncated(self.source, self.path)
+            cur.restart_at_zero()
+
+    def _retire(self, stream: FileStream, now: float) -> None:
+        self.current = None
+        self.draining.append(Draining(stream, now + self._rotate_wait))
+
+    def expire_drained(self, now: float, idle: set[int]) -> list[FileStream]:
+        """Close draining files that are at their end and past their wait; returns them."""
+        done: list[FileStream] = []
+        keep: list[Draining] = []
+        for d in self.draining:
+            if now >= d.deadline and id(d.stream) in idle:
+                done.append(d.stream)
+            else:
+                keep.append(d)
+        self.draining = keep
+        return done

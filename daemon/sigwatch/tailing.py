@@ -1,0 +1,440 @@
+"""``TailService``: every watched file, read fairly, fed through the pipeline, checkpointed.
+
+This is the daemon's pump minus process concerns (signals, HTTP, systemd), so tests can drive
+it step by step with ``run_once``. Exactly-once: offsets and the event log's size are committed
+together; after a crash the event log is cut back to the committed size and the lines after the
+committed offsets are read again, which writes the same events again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from sigwatch.clock import Clock
+from sigwatch.pipeline import Engine, Pipeline, StreamState
+from sigwatch.sinks.eventlog import EventLogSink
+from sigwatch.sources.checkpoint import Checkpoint, CheckpointStore, FileRecord
+from sigwatch.sources.discovery import ChangeHints, SourceSpec, expand_sources
+from sigwatch.sources.file import (
+    Draining,
+    FileStream,
+    FileTailer,
+    Resume,
+    head_fingerprint,
+    start_offset_at_end,
+)
+from sigwatch.telemetry.metrics import SelfMetrics
+
+__all__ = ["TailOptions", "TailService"]
+
+log = structlog.get_logger("sigwatch.tail")
+
+
+@dataclass(frozen=True, slots=True)
+class TailOptions:
+    """Timing and size limits of the pump."""
+
+    poll_interval: float = 1.0
+    rescan_interval: float = 5.0
+    checkpoint_interval: float = 1.0
+    read_budget: int = 4 << 20
+    max_line_bytes: int = 64 * 1024
+    rotate_wait: float = 5.0
+    max_files: int = 20_000
+
+
+class _Observer:
+    """Turns tailer reports into log events and metrics."""
+
+    def __init__(self, metrics: SelfMetrics | None) -> None:
+        self.m = metrics
+
+    def rotated(self, source: str, path: str) -> None:
+        log.info("file_rotated", source=source, path=path)
+        if self.m:
+            self.m.rotations.labels(source).inc()
+
+    def truncated(self, source: str, path: str) -> None:
+        log.warning("file_truncated", source=source, path=path)
+        if self.m:
+            self.m.truncations.labels(source).inc()
+
+    def file_error(self, source: str, path: str, reason: str, error: str) -> None:
+        log.warning("file_unreadable", source=source, path=path, reason=reason, error=error)
+        if self.m:
+            self.m.file_errors.labels(source, reason).inc()
+
+    def opened(self, source: str, path: str, offset: int) -> None:
+        log.debug("file_opened", source=source, path=path, offset=offset)
+
+    def closed(self, source: str, path: str, unread: int) -> None:
+        log.debug("file_closed", source=source, path=path, unread=unread)
+
+    def data_loss(self, source: str, reason: str, **kw: object) -> None:
+        log.warning("data_loss", source=source, reason=reason, **kw)
+        if self.m:
+            self.m.data_loss.labels(source, reason).inc()
+
+
+def _hash_head(fd: int, length: int) -> str:
+    return hashlib.sha256(os.pread(fd, length, 0)).hexdigest()[:16]
+
+
+class TailService:
+    """Owns the tailers, their stream states, the checkpoint and the commit cycle."""
+
+    def __init__(
+        self,
+        *,
+        sources: list[SourceSpec],
+        pipeline: Pipeline,
+        clock: Clock,
+        options: TailOptions,
+        store: CheckpointStore | None,
+        eventlog: EventLogSink | None = None,
+        metrics: SelfMetrics | None = None,
+        hints: ChangeHints | None = None,
+        engine_loader: Callable[[], Engine] | None = None,
+    ) -> None:
+        self.sources = sources
+        self.pipeline = pipeline
+        self.clock = clock
+        self.options = options
+        self.store = store
+        self.eventlog = eventlog
+        self.metrics = metrics
+        self.hints = hints
+        self.engine_loader = engine_loader
+        self.observer = _Observer(metrics)
+        self.tailers: dict[str, FileTailer] = {}
+        self._states: dict[int, tuple[StreamState, int]] = {}
+        self._records: dict[tuple[int, int], FileRecord] = {}
+        self._recovered_emitted: dict[str, int] = {}
+        self._first_start = False
+        self._recovering = False
+        self._start_at = {s.name: s.start_at for s in sources}
+        self._next_poll = 0.0
+        self._next_rescan = 0.0
+        self._next_commit = 0.0
+        self._dirty_commit = False
+        self._checkpoint_failing = False
+        self._last_records: dict[int, FileRecord] = {}
+        self.reload_requested = threading.Event()
+        self.start_mode = "none"
+
+    # -- start-up -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the checkpoint, roll the event log back to it, open every file."""
+        cp: Checkpoint | None = None
+        if self.store is not None:
+            result = self.store.load()
+            cp, self.start_mode = result.checkpoint, result.mode
+            for problem in result.problems:
+                log.error("checkpoint_unusable", problem=problem)
+            if result.mode in ("tmp", "previous", "corrupt") and self.metrics:
+                self.metrics.checkpoint_recoveries.labels(result.mode).inc()
+        self._first_start = cp is None and self.start_mode == "none"
+        self._recovering = self.start_mode == "corrupt"
+        if self.eventlog is not None and cp is not None:
+            removed = self.eventlog.roll_back_to(cp.event_log)
+            if removed and self.metrics:
+                self.metrics.events_rolled_back.inc(removed)
+        if self._recovering:
+            self._recovered_emitted = self._emitted_from_event_log()
+            log.error("checkpoint_lost_rereading_files",
+                      policy="read every file from byte 0; detections already in the event "
+                             "log are not written again",
+                      streams_in_event_log=len(self._recovered_emitted))
+        if cp is not None:
+            self._records = {(r.dev, r.ino): r for r in cp.files}
+        log.info("tail_starting", checkpoint=self.start_mode, files_known=len(self._records))
+        self._rescan()
+        self._drain_orphans()
+        self._first_start = False
+        self.commit(force=True)
+
+    def _emitted_from_event_log(self) -> dict[str, int]:
+        """Highest detection offset per stream in the event log (rebuilds a lost checkpoint)."""
+        if self.eventlog is None:
+            return {}
+        emitted: dict[str, int] = {}
+        try:
+            with open(self.eventlog.path, "rb") as fh:
+                for raw in fh:
+                    try:
+                        doc = json.loads(raw)
+                        key, off = doc["stream"], int(doc["offset"])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    emitted[key] = max(emitted.get(key, -1), off)
+        except OSError:
+            return {}
+        return emitted
+
+    def _resume_for(self, source: str, path: str) -> Callable[[os.stat_result, int], Resume]:
+        def resume(st: os.stat_result, fd: int) -> Resume:
+            record = self._records.pop((st.st_dev, st.st_ino), None)
+            if record is not None:
+                if self._verify(record, st, fd):
+                    return Resume(record.offset, record.lineno, record.emitted,
+                                  bytes.fromhex(record.marker))
+                self.observer.truncated(source, path)
+                return Resume()
+            if self._recovering:
+                fp = head_fingerprint(os.pread(fd, 64, 0))
+                key = f"{st.st_dev}:{st.st_ino}:{fp[1] if fp else ''}"
+                return Resume(emitted=self._recovered_emitted.get(key, -1) + 1)
+            if self._first_start and self._start_at.get(source, "end") == "end":
+                return Resume(offset=start_offset_at_end(fd, st.st_size), lineno=0)
+            return Resume()
+        return resume
+
+    @staticmethod
+    def _verify(record: FileRecord, st: os.stat_result, fd: int) -> bool:
+        if st.st_size < record.emitted or st.st_size < record.offset:
+            return False
+        try:
+            if record.head_len and _hash_head(fd, record.head_len) != record.head_hash:
+                return False
+            marker = bytes.fromhex(record.marker)
+            if marker and os.pread(fd, len(marker), record.emitted - len(marker)) != marker:
+                return False
+        except OSError:
+            return False
+        return True
+
+    def _drain_orphans(self) -> None:
+        """Files known to the checkpoint but no longer at their path: find and finish them."""
+        for (dev, ino), record in list(self._records.items()):
+            folder = os.path.dirname(record.path)
+            found = None
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        if entry.inode() == ino and entry.stat().st_dev == dev:
+                            found = entry.path
+                            break
+            except OSError:
+                found = None
+            if found is None:
+                self.observer.data_loss(record.source, "rotated_away", path=record.path,
+                                        offset=record.emitted)
+                del self._records[(dev, ino)]
+                continue
+            tailer = FileTailer(record.source, found, observer=self.observer,
+                                max_line_bytes=self.options.max_line_bytes,
+                                rotate_wait=0.0, adopt=lambda _ident: None)
+            stream = tailer.open(self._resume_for(record.source, found))
+            if stream is None:
+                continue
+            tailer.current = None
+            tailer.draining.append(Draining(stream, 0.0))
+            self.tailers[f"{found}\0orphan"] = tailer
+            log.info("draining_rotated_file", source=record.source, path=found,
+                     offset=stream.offset)
+
+    # -- the pump -----------------------------------------------------------------------------
+
+    def _adopt(self, identity: tuple[int, int]) -> FileStream | None:
+        for tailer in self.tailers.values():
+            for stream in tailer.streams():
+                if stream.identity == identity and not stream.closed:
+                    tailer.release(stream)
+                    return stream
+        return None
+
+    def _rescan(self) -> None:
+        found, capped = expand_sources(self.sources, self.options.max_files)
+        if capped:
+            log.warning("max_files_reached", limit=self.options.max_files)
+        for path, source in found.items():
+            if path in self.tailers:
+                continue
+            tailer = FileTailer(source, path, observer=self.observer,
+                                max_line_bytes=self.options.max_line_bytes,
+                                rotate_wait=self.options.rotate_wait, adopt=self._adopt)
+            self.tailers[path] = tailer
+            tailer.open(self._resume_for(source, path))
+        for path in [p for p, t in self.tailers.items() if p not in found and "\0" not in p]:
+            tailer = self.tailers[path]
+            if tailer.current is not None:
+                tailer.check_path(self.clock.monotonic(), self._resume_for(tailer.source, path))
+            if tailer.current is None and not tailer.draining:
+                del self.tailers[path]
+        self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        if self.metrics is None:
+            return
+        counts: dict[str, int] = {s.name: 0 for s in self.sources}
+        for tailer in self.tailers.values():
+            counts[tailer.source] = counts.get(tailer.source, 0) + len(tailer.streams())
+        for source, count in counts.items():
+            self.metrics.files_watched.labels(source).set(count)
+
+    def _state(self, stream: FileStream) -> StreamState:
+        entry = self._states.get(id(stream))
+        if entry is None or entry[1] != stream.truncations:
+            state = StreamState(stream.info, lineno=stream.start_lineno if entry is None else 0,
+                                suppress_below=stream.emitted)
+            self._states[id(stream)] = (state, stream.truncations)
+            return state
+        return entry[0]
+
+    def run_once(self) -> bool:
+        """One pass: rescan if due, check paths, read what is new. True if anything was read."""
+        now = self.clock.monotonic()
+        if self.reload_requested.is_set():
+            self.reload_requested.clear()
+            self.reload()
+        dirty, rescan = self.hints.take() if self.hints else (set(), False)
+        if rescan or now >= self._next_rescan:
+            self._rescan()
+            self._next_rescan = now + self.options.rescan_interval
+        full = now >= self._next_poll
+        if full:
+            self._next_poll = now + self.options.poll_interval
+            tailers = list(self.tailers.values())
+        else:
+            tailers = [t for p in dirty if (t := self.tailers.get(p)) is not None]
+            tailers += [t for t in self.tailers.values() if t.draining]
+        progressed = False
+        for tailer in tailers:
+            tailer.check_path(now, self._resume_for(tailer.source, tailer.path))
+            idle: set[int] = set()
+            for stream in tailer.streams():
+                if self._pump_stream(stream):
+                    progressed = True
+                else:
+                    idle.add(id(stream))
+            for stream in tailer.expire_drained(now, idle):
+                self._close_stream(stream)
+        if progressed:
+            self._dirty_commit = True
+            self.pipeline.flush()
+        if self._dirty_commit and now >= self._next_commit:
+            self.commit()
+        return progressed
+
+    def _pump_stream(self, stream: FileStream) -> bool:
+        try:
+            if stream.size() < stream.offset or not stream.marker_intact():
+                self.observer.truncated(stream.source, stream.path)
+                stream.restart_at_zero()
+            segments, nbytes = stream.read(self.options.read_budget)
+        except OSError as exc:
+            self.observer.file_error(stream.source, stream.path, "io", str(exc))
+            return False
+        if not nbytes:
+            return False
+        if self.metrics:
+            self.metrics.bytes_read.labels(stream.source).inc(nbytes)
+        if segments:
+            self.pipeline.process(self._state(stream), segments)
+        return True
+
+    def _close_stream(self, stream: FileStream) -> None:
+        tail = stream.finish()
+        if tail:
+            self.pipeline.process(self._state(stream), tail)
+        self.observer.closed(stream.source, stream.path, 0)
+        self._states.pop(id(stream), None)
+        self._last_records.pop(id(stream), None)
+        stream.close()
+        self._dirty_commit = True
+
+    # -- commit, reload, stop -----------------------------------------------------------------
+
+    def _record(self, stream: FileStream) -> FileRecord:
+        entry = self._states.get(id(stream))
+        committed = stream.framer.committed_offset
+        resume, lineno = committed, (entry[0].lineno if entry else stream.start_lineno)
+        if entry is not None:
+            opened = entry[0].tracker.earliest_open()
+            if opened is not None and opened[0] < committed:
+                resume, lineno = opened[0], opened[1] - 1
+        cached = self._last_records.get(id(stream))
+        if cached and cached.emitted == committed and cached.offset == resume \
+                and cached.path == stream.path:
+            return cached
+        marker = b""
+        if committed:
+            start = max(0, committed - 32)
+            marker = os.pread(stream.fd, committed - start, start)
+        head_len, head_hash = stream.fingerprint or (0, "")
+        record = FileRecord(stream.source, stream.path, stream.dev, stream.ino, head_len,
+                            head_hash, resume, max(committed, stream.emitted), lineno,
+                            marker.hex())
+        self._last_records[id(stream)] = record
+        return record
+
+    def commit(self, *, force: bool = False) -> None:
+        """Make sinks durable, then write offsets and the event log size in one record."""
+        if self.store is None:
+            return
+        self.pipeline.flush()
+        try:
+            event_commit = self.eventlog.commit_point() if self.eventlog else None
+            records = [self._record(s) for t in self.tailers.values() for s in t.streams()]
+            records += list(self._records.values())  # known files not readable right now
+            self.store.save(Checkpoint(tuple(records), event_commit))
+        except OSError as exc:
+            if self.metrics:
+                self.metrics.checkpoint_errors.inc()
+            if not self._checkpoint_failing:
+                log.error("checkpoint_write_failed", error=str(exc), state_dir=str(
+                    self.store.state_dir))
+            self._checkpoint_failing = True
+            self._next_commit = self.clock.monotonic() + max(self.options.checkpoint_interval,
+                                                              1.0)
+            return
+        if self._checkpoint_failing:
+            log.info("checkpoint_write_recovered")
+        self._checkpoint_failing = False
+        self._dirty_commit = False
+        self._next_commit = self.clock.monotonic() + self.options.checkpoint_interval
+        if self.metrics:
+            self.metrics.checkpoint_writes.inc()
+        _ = force
+
+    def reload(self) -> bool:
+        """Swap in a freshly loaded pattern set, or keep the old one if it has errors."""
+        if self.engine_loader is None:
+            return False
+        if self.metrics:
+            self.metrics.reload_timestamp.set(self.clock.time())
+        try:
+            engine = self.engine_loader()
+        except Exception as exc:  # noqa: BLE001 - any failure keeps the old set
+            log.error("pattern_reload_failed", error=str(exc))
+            if self.metrics:
+                self.metrics.reload_success.set(0)
+                self.metrics.reload_failures.inc()
+            return False
+        self.pipeline.swap(engine)
+        log.info("patterns_reloaded", signatures=len(engine.patterns))
+        if self.metrics:
+            self.metrics.reload_success.set(1)
+            self.metrics.patterns_loaded.set(len(engine.patterns))
+        return True
+
+    def stop(self) -> None:
+        """Final commit, then close every file."""
+        self.commit(force=True)
+        for tailer in self.tailers.values():
+            for stream in tailer.streams():
+                stream.close()
+        self.tailers.clear()
+
+    def next_wakeup(self) -> float:
+        """Seconds until the next timed poll."""
+        return max(0.0, self._next_poll - self.clock.monotonic())
+
