@@ -52,17 +52,20 @@ def _example_lines(sig: CompiledSignature) -> list[str]:
 
 
 def _stress_inputs(lines: list[str]) -> list[str]:
+    """Near misses that make backtracking regexes explode.
+
+    Besides long runs of common characters, each distinct character of each example line is
+    pumped where it first occurs and followed by a character that breaks the match: the shape
+    that turns `(a|a)*$` or `(\\w+\\s?)*:` into exponential work.
+    """
     inputs = ["a" * 65536, " " * 65536, "0" * 65536, "\t:" * 20000]
     for line in lines[:4]:
         if not line:
             continue
-        half = line[: max(1, len(line) // 2)]
-        inputs += [
-            line * 40,
-            half + line[-1:] * 20000,
-            half + " " * 20000 + "!",
-            line + "x" * 30000,
-        ]
+        inputs += [line * 40, line + "x" * 30000]
+        for char in list(dict.fromkeys(line))[:32]:
+            pos = line.index(char)
+            inputs.append(line[:pos] + char * 3000 + "\x00!")
     return inputs
 
 

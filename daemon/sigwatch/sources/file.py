@@ -81,7 +81,21 @@ class FileStream:
         self.start_lineno = resume.lineno
         self.emitted = resume.emitted
         self.framer = LineFramer(max_line_bytes, resume.offset)
-        self.marker = resume.marker          # last bytes consumed, ending at self.offset
+        # The bytes ending at ``emitted`` that the checkpoint verified (kept while replaying
+        # below it), the last bytes read (ending at ``offset``: a rewrite in place shows up
+        # as a mismatch), and the last bytes of the last whole line (ending at the committed
+        # offset: what the next checkpoint stores). Taken from what was read, never re-read
+        # at commit time, so a rewrite between read and commit cannot fake a match.
+        self.emitted_marker = resume.marker
+        self.marker = b""
+        if resume.offset:
+            start = max(0, resume.offset - MARKER_BYTES)
+            try:
+                self.marker = os.pread(fd, resume.offset - start, start)
+            except OSError:
+                self.marker = b""
+        self.committed_marker = self.marker
+        self.last_size = st.st_size
         self.head = b""
         self.fingerprint: tuple[int, str] | None = None
         self.truncations = 0
@@ -122,17 +136,28 @@ class FileStream:
             return True
         return now == self.marker
 
-    def restart_at_zero(self) -> None:
-        """Truncation or rewrite: forget the position and read the file again from byte 0."""
+    def rewritten(self) -> bool:
+        """True when the file is shorter than what we read, or our last bytes are gone."""
+        size = self.size()
+        self.last_size = size
+        return size < self.offset or not self.marker_intact()
+
+    def restart_at_zero(self) -> int:
+        """Truncation or rewrite: read the file again from byte 0; returns the bytes of the
+        old content that were never turned into lines (a partial line we held back)."""
+        unread = self.framer.pending_bytes
         self.offset = 0
         self.emitted = -1
         self.marker = b""
+        self.committed_marker = b""
+        self.emitted_marker = b""
         self.framer.reset(0)
         self.truncations += 1
         self.head = b""
         self.fingerprint = None
         self._info = None
         self._load_head()
+        return unread
 
     def read(self, budget: int) -> tuple[list[Segment], int]:
         """Read up to ``budget`` bytes; returns the completed segments and the bytes read."""
@@ -141,13 +166,22 @@ class FileStream:
             return [], 0
         if self.fingerprint is None and self.offset < HEAD_BYTES:
             self._load_head()
+        start, before = self.offset, self.marker
         self.offset += len(data)
-        self.marker = (self.marker + data)[-MARKER_BYTES:]
-        return self.framer.feed(data), len(data)
+        self.marker = (before + data[-MARKER_BYTES:])[-MARKER_BYTES:]
+        segments = self.framer.feed(data)
+        upto = self.framer.committed_offset - start
+        if upto > 0:
+            self.committed_marker = (before + data[max(0, upto - MARKER_BYTES):upto])[
+                -MARKER_BYTES:]
+        return segments, len(data)
 
     def finish(self) -> list[Segment]:
         """The file is gone for good: hand out a last line that never got its newline."""
-        return self.framer.finish()
+        out = self.framer.finish()
+        if out:
+            self.committed_marker = self.marker
+        return out
 
     def close(self) -> None:
         if not self.closed:

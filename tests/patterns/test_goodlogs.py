@@ -1,0 +1,44 @@
+"""The benign baseline: healthy training output makes no detection at warning or above.
+
+A signature may record a benign line it matches as a known false positive, with its reason;
+anything else fails (Sigma's goodlog test).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sigwatch.clock import FakeClock
+from sigwatch.model import Severity, StreamInfo
+from sigwatch.pipeline import Engine, Pipeline
+from sigwatch.scanning import scan_bytes
+from sigwatch.sinks.base import CollectingSink
+
+GOODLOGS = Path(__file__).resolve().parent.parent / "corpus" / "goodlogs"
+LOGS = sorted(GOODLOGS.glob("*.log"))
+
+
+def test_baseline_has_at_least_twenty_logs() -> None:
+    """Enough healthy formats to mean something."""
+    assert len(LOGS) >= 20
+
+
+@pytest.mark.parametrize("log", LOGS, ids=lambda p: p.stem)
+def test_healthy_log_is_quiet(library, log: Path) -> None:
+    """No detection at warning or above, except recorded known false positives."""
+    sink = CollectingSink()
+    pipeline = Pipeline(Engine(library), [sink], clock=FakeClock())
+
+    scan_bytes(pipeline, StreamInfo("goodlog", str(log), str(log)), log.read_bytes())
+
+    loud = []
+    for d in sink.detections:
+        if d.severity < Severity.WARNING:
+            continue
+        sig = library.get(d.signature)
+        if any(text in d.text for text, _reason in sig.known_false_positives):
+            continue
+        loud.append(f"{log.name}:{d.line}: {d.signature}: {d.text[:100]}")
+    assert [] == loud

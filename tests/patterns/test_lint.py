@@ -1,0 +1,110 @@
+"""`sigwatch patterns lint` gates the library, and catches what it promises to catch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sigwatch.checks.lint import lint
+from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
+
+GOOD = """
+id = "{id}"
+title = "Good One"
+severity = "error"
+description = "Detects a good one."
+falsepositives = ["Unlikely"]
+references = ["https://example.org/issue/1"]
+[match]
+regex = '{regex}'
+[remediation]
+summary = "Fix it."
+action = "restart_job"
+[[examples]]
+kind = "match"
+text = 'x {text} y'
+[[examples]]
+kind = "match"
+text = '[rank1]: {text}'
+[[examples]]
+kind = "no_match"
+text = 'all good'
+"""
+
+
+def _codes(root) -> list[str]:
+    patterns, errors = load_patterns([root])
+    return sorted({f.code for f in lint(patterns, errors) if f.level == "error"})
+
+
+class TestLibraryLint:
+    def test_built_in_library_passes_lint(self) -> None:
+        """Schema, ids, examples, keywords, backtracking, wording and remediation all hold."""
+        patterns, errors = load_patterns([builtin_pattern_dir()])
+
+        findings = [f.render() for f in lint(patterns, errors) if f.level == "error"]
+
+        assert [] == findings
+
+    def test_library_has_at_least_sixty_signatures(self) -> None:
+        """The library a platform team adopts, not a demo."""
+        patterns, _ = load_patterns([builtin_pattern_dir()])
+
+        assert len(patterns) >= 60
+
+
+class TestLintCatches:
+    def test_a_good_file_is_clean(self, write_pattern: Callable) -> None:
+        """The template itself passes, so the cases below fail for their one reason."""
+        root = write_pattern("good_one", GOOD.format(id="good_one", regex="boom happened",
+                                                     text="boom happened"))
+
+        assert [] == _codes(root)
+
+    def test_catastrophic_backtracking_is_caught(self, write_pattern: Callable) -> None:
+        """A nested quantifier that explodes on a near-miss input fails P006."""
+        root = write_pattern("good_one", GOOD.format(
+            id="good_one", regex="boom (a|a)*$", text="boom aaaa"))
+
+        assert "P006" in _codes(root)
+
+    def test_regex_step_without_example_is_caught(self, write_pattern: Callable) -> None:
+        """A step no example exercises fails P004."""
+        text = GOOD.format(id="good_one", regex="boom happened", text="boom happened")
+        text = text.replace("[remediation]", "[[match.then]]\nregex = 'never shown'\n\n"
+                                             "[remediation]")
+        root = write_pattern("good_one", text)
+
+        assert "P004" in _codes(root)
+
+    def test_keyword_missing_from_a_matching_line_is_caught(
+            self, write_pattern: Callable) -> None:
+        """A keyword the matching lines do not hold would hide them from the prefilter."""
+        text = GOOD.format(id="good_one", regex="boom happened", text="boom happened")
+        text = text.replace("regex = 'boom happened'",
+                            "regex = 'boom happened'\nkeywords = ['BOOM']")
+        root = write_pattern("good_one", text)
+
+        assert "P005" in _codes(root)
+
+    def test_error_without_remediation_is_caught(self, write_pattern: Callable) -> None:
+        """On-call must be handed the fix."""
+        text = GOOD.format(id="good_one", regex="boom happened", text="boom happened")
+        text = text.replace('summary = "Fix it."\n', "")
+        root = write_pattern("good_one", text)
+
+        assert "P011" in _codes(root)
+
+    def test_failing_example_is_caught(self, write_pattern: Callable) -> None:
+        """An example that does not behave as declared fails P012."""
+        text = GOOD.format(id="good_one", regex="boom happened", text="boom happened")
+        text = text.replace("text = 'all good'", "text = 'boom happened'")
+        root = write_pattern("good_one", text)
+
+        assert "P012" in _codes(root)
+
+    def test_id_must_equal_file_name(self, write_pattern: Callable) -> None:
+        """The file is found by its id."""
+        root = write_pattern("other_name", GOOD.format(
+            id="good_one", regex="boom happened", text="boom happened"))
+
+        assert "P002" in _codes(root)

@@ -1,0 +1,89 @@
+"""Helpers to run the real `sigwatch run` process and wait on conditions.
+
+Tests wait on a condition with a deadline; they never sleep for a fixed time and hope.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "") -> object:
+    """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or condition}")
+        time.sleep(0.01)
+
+
+def scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
+
+
+def sample(text: str, series: str) -> float | None:
+    """The value of one exposition line, given its exact series (name and labels)."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+class DaemonProcess:
+    """A `sigwatch run` child process, stopped by PID."""
+
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sigwatch", "run", *args],
+            stdout=subprocess.DEVNULL, stderr=self._log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def stderr(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def wait_started(port: int) -> None:
+    """Wait until the daemon has opened its files and written its first checkpoint."""
+    def started() -> bool:
+        value = sample(scrape(port), "sigwatch_checkpoint_writes_total")
+        return value is not None and value >= 1
+
+    wait_for(started, what="the daemon's first checkpoint")

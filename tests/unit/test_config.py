@@ -1,0 +1,68 @@
+"""The daemon config: strict, with defaults that run on their own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sigwatch.config import DEFAULT_LISTEN, DEFAULT_WATCH, load_config
+from sigwatch.errors import ConfigError
+
+
+class TestConfig:
+    def test_defaults_need_no_file(self) -> None:
+        """With no config file the daemon watches the documented location on localhost."""
+        config = load_config(None)
+
+        assert [DEFAULT_WATCH] == config.sources[0].paths
+        assert DEFAULT_LISTEN == config.listen
+        assert DEFAULT_LISTEN.startswith("127.0.0.1:")
+
+    def test_flags_override_the_file(self, tmp_path: Path) -> None:
+        """Command-line values win over the file."""
+        path = tmp_path / "c.toml"
+        path.write_text('listen = "127.0.0.1:1111"\n')
+
+        config = load_config(path, listen="127.0.0.1:2222")
+
+        assert "127.0.0.1:2222" == config.listen
+
+    def test_unknown_key_names_file_and_field(self, tmp_path: Path) -> None:
+        """Typos in a config are errors."""
+        path = tmp_path / "c.toml"
+        path.write_text('[[sources]]\nname = "a"\npaths = ["/x"]\nstart = "end"\n')
+
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+
+        assert str(path) == info.value.file
+        assert "sources[0].start" == info.value.field
+        assert "unknown key" == info.value.reason
+
+    def test_malformed_toml_is_reported(self, tmp_path: Path) -> None:
+        """A broken file names itself and the parser's reason."""
+        path = tmp_path / "c.toml"
+        path.write_text("listen = ")
+
+        with pytest.raises(ConfigError, match="invalid TOML"):
+            load_config(path)
+
+    def test_listen_must_be_host_port(self, tmp_path: Path) -> None:
+        """An address without a port is rejected before anything starts."""
+        path = tmp_path / "c.toml"
+        path.write_text('listen = "localhost"\n')
+
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+
+        assert "listen" == info.value.field
+
+    def test_duplicate_source_names_are_rejected(self, tmp_path: Path) -> None:
+        """Source names are metric labels and must be unique."""
+        path = tmp_path / "c.toml"
+        path.write_text('[[sources]]\nname = "a"\npaths = ["/x"]\n'
+                        '[[sources]]\nname = "a"\npaths = ["/y"]\n')
+
+        with pytest.raises(ConfigError, match="duplicate source name"):
+            load_config(path)

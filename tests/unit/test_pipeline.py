@@ -1,0 +1,222 @@
+"""The pipeline's behaviour: steps, ranks, supersedes, root cause, context, timeouts, metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+
+from sigwatch.clock import FakeClock
+from sigwatch.model import StreamInfo
+from sigwatch.patterns.loader import load_patterns
+from sigwatch.pipeline import Engine, Pipeline
+from sigwatch.scanning import scan_bytes
+from sigwatch.sinks.base import CollectingSink
+from sigwatch.sinks.metrics import MetricsSink
+from sigwatch.telemetry.metrics import SelfMetrics
+
+TWO_STEP = """
+id = "segv_gethandle"
+title = "Segfault In GetHandle"
+severity = "error"
+[match]
+regex = 'SIGSEGV'
+[[match.then]]
+regex = 'GetHandle'
+within_lines = 3
+"""
+
+
+def _run(root, text: str | bytes, *, registry=None, clock=None) -> list:
+    patterns, errors = load_patterns([root])
+    assert [] == errors
+    sink = CollectingSink()
+    metrics = SelfMetrics(registry, "test") if registry is not None else None
+    sinks = [sink] + ([MetricsSink(metrics)] if metrics else [])
+    engine = Engine(patterns, on_timeout=(
+        (lambda sig: metrics.regex_timeouts.labels(sig).inc()) if metrics else None))
+    pipeline = Pipeline(engine, sinks, clock=clock or FakeClock(), metrics=metrics)
+    data = text if isinstance(text, bytes) else text.encode()
+    scan_bytes(pipeline, StreamInfo("src", "f.log", "k"), data)
+    return sink.detections
+
+
+class TestSteps:
+    def test_two_steps_within_the_window_detect_on_the_last(
+            self, write_pattern: Callable) -> None:
+        """A segfault then a GetHandle frame a few lines later is one detection."""
+        root = write_pattern("segv_gethandle", TWO_STEP)
+
+        found = _run(root, "*** SIGSEGV received\n  #1 foo\n  #2 PjRt::GetHandle()\n")
+
+        assert [3] == [d.line for d in found]
+
+    def test_second_step_outside_the_window_does_not_detect(
+            self, write_pattern: Callable) -> None:
+        """A GetHandle frame long after the segfault belongs to something else."""
+        root = write_pattern("segv_gethandle", TWO_STEP)
+
+        found = _run(root, "SIGSEGV\n" + "x\n" * 5 + "GetHandle\n")
+
+        assert [] == found
+
+    def test_bare_first_step_alone_does_not_detect(self, write_pattern: Callable) -> None:
+        """A segfault without the frame is not this signature."""
+        root = write_pattern("segv_gethandle", TWO_STEP)
+
+        assert [] == _run(root, "*** SIGSEGV received\n  #1 foo\n")
+
+    def test_ranks_interleaved_in_one_file_do_not_mix(self, write_pattern: Callable) -> None:
+        """Rank 1's frame does not complete rank 0's segfault."""
+        root = write_pattern("segv_gethandle", TWO_STEP)
+
+        found = _run(root, "[rank0]: SIGSEGV\n[rank1]: GetHandle\n[rank1]: ok\n")
+
+        assert [] == found
+
+
+class TestCorrelation:
+    def test_specific_signature_supersedes_generic_on_the_same_line(
+            self, write_pattern: Callable) -> None:
+        """One line, one detection: the specific one wins."""
+        write_pattern("generic_cuda", """
+            id = "generic_cuda"
+            title = "Generic"
+            severity = "error"
+            [match]
+            regex = 'CUDA error: '
+        """)
+        root = write_pattern("cuda_oom_x", """
+            id = "cuda_oom_x"
+            title = "OOM"
+            severity = "error"
+            supersedes = ["generic_cuda"]
+            [match]
+            regex = 'CUDA error: out of memory'
+        """)
+
+        found = _run(root, "RuntimeError: CUDA error: out of memory\nCUDA error: other\n")
+
+        assert [("cuda_oom_x", 1), ("generic_cuda", 2)] == [(d.signature, d.line) for d in found]
+
+    def test_fallout_names_its_root_cause(self, write_pattern: Callable) -> None:
+        """SIGTERM fan-out after an ECC error points at the ECC error."""
+        write_pattern("ecc_x", """
+            id = "ecc_x"
+            title = "ECC"
+            severity = "critical"
+            [match]
+            regex = 'uncorrectable ECC error'
+        """)
+        root = write_pattern("sigterm_x", """
+            id = "sigterm_x"
+            title = "SIGTERM"
+            severity = "info"
+            [collateral]
+            caused_by = ["ecc_x"]
+            [match]
+            regex = 'closing signal SIGTERM'
+        """)
+
+        found = _run(root, "CUDA error: uncorrectable ECC error encountered\n"
+                           "Sending process 12 closing signal SIGTERM\n")
+
+        assert "ecc_x" == found[1].root_cause.signature
+        assert found[0].root_cause is None
+
+    def test_context_quotes_only_included_lines_before(self, write_pattern: Callable) -> None:
+        """Context lines are the ones the signature asks for, in order."""
+        root = write_pattern("pf_x", """
+            id = "pf_x"
+            title = "Page Fault"
+            severity = "error"
+            [match]
+            regex = 'Unexpected page fault'
+            [context]
+            before = 4
+            include = ['onednn_verbose']
+        """)
+
+        found = _run(root, "onednn_verbose,exec,matmul\nnoise\nonednn_verbose,exec,conv\n"
+                           "Unexpected page fault from GPU at 0x1\n")
+
+        assert ("onednn_verbose,exec,matmul", "onednn_verbose,exec,conv") == found[0].context
+
+
+class TestHostileInput:
+    def test_catastrophic_regex_is_stopped_and_counted(self, write_pattern: Callable) -> None:
+        """A backtracking bomb costs one timeout per line, is counted, and matching goes on."""
+        write_pattern("bomb_x", """
+            id = "bomb_x"
+            title = "Bomb"
+            severity = "warning"
+            [match]
+            regex = '^(a|aa)+$'
+            keywords = ["aaaa"]
+        """)
+        root = write_pattern("fine_x", """
+            id = "fine_x"
+            title = "Fine"
+            severity = "error"
+            [match]
+            regex = 'real error'
+        """)
+        registry = CollectorRegistry()
+
+        found = _run(root, "a" * 5000 + "b\nreal error\n", registry=registry)
+
+        assert ["fine_x"] == [d.signature for d in found]
+        assert 1.0 == registry.get_sample_value(
+            "sigwatch_regex_timeouts_total", {"signature": "bomb_x"})
+
+    def test_binary_garbage_neither_crashes_nor_detects(self, write_pattern: Callable) -> None:
+        """Random bytes, NULs and invalid UTF-8 are read, counted and ignored."""
+        root = write_pattern("fine_x", """
+            id = "fine_x"
+            title = "Fine"
+            severity = "error"
+            [match]
+            regex = 'real error'
+        """)
+        garbage = bytes((i * 7919 + 13) % 256 for i in range(200_000))
+        registry = CollectorRegistry()
+
+        found = _run(root, garbage + b"\nreal error\n", registry=registry)
+
+        assert ["fine_x"] == [d.signature for d in found]
+        assert 0 < registry.get_sample_value("sigwatch_invalid_utf8_lines_total",
+                                             {"source": "src"})
+
+
+class TestMetrics:
+    def test_every_signature_series_exists_at_zero(self, library) -> None:
+        """increase() sees the first detection because the series exists from start-up."""
+        registry = CollectorRegistry()
+        metrics = SelfMetrics(registry, "test")
+
+        metrics.declare_signatures(((s.id, s.severity.label) for s in library.signatures),
+                                   ["training"])
+
+        sig = library.signatures[0]
+        assert 0.0 == registry.get_sample_value(
+            "sigwatch_detections_total",
+            {"signature": sig.id, "severity": sig.severity.label, "source": "training"})
+
+    def test_detections_are_counted_by_signature_severity_and_source(
+            self, write_pattern: Callable) -> None:
+        """The stable metric counts each detection once."""
+        root = write_pattern("fine_x", """
+            id = "fine_x"
+            title = "Fine"
+            severity = "error"
+            [match]
+            regex = 'real error'
+        """)
+        registry = CollectorRegistry()
+
+        _run(root, "real error\nok\nreal error\n", registry=registry)
+
+        assert 2.0 == registry.get_sample_value(
+            "sigwatch_detections_total",
+            {"signature": "fine_x", "severity": "error", "source": "src"})
+        assert 3.0 == registry.get_sample_value("sigwatch_lines_total", {"source": "src"})
