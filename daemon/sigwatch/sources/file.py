@@ -51,7 +51,7 @@ class TailObserver(Protocol):
     """What a tailer reports; the app turns each call into a log event and a metric."""
 
     def rotated(self, source: str, path: str) -> None: ...
-    def truncated(self, source: str, path: str) -> None: ...
+    def truncated(self, source: str, path: str, read_to: int, unread: int) -> None: ...
     def file_error(self, source: str, path: str, reason: str, error: str) -> None: ...
     def opened(self, source: str, path: str, offset: int) -> None: ...
     def closed(self, source: str, path: str, unread: int) -> None: ...
@@ -232,7 +232,8 @@ class FileTailer:
         observer: TailObserver,
         max_line_bytes: int,
         rotate_wait: float,
-        adopt: Callable[[tuple[int, int]], FileStream | None],
+        adopt: Callable[[FileTailer, tuple[int, int]], FileStream | bool],
+        orphan: bool = False,
     ) -> None:
         self.source = source
         self.path = path
@@ -243,6 +244,9 @@ class FileTailer:
         self._rotate_wait = rotate_wait
         self._adopt = adopt
         self._failing: str | None = None
+        # An orphan tailer only drains files found at start-up under a rotated name; it never
+        # opens its path again.
+        self.orphan = orphan
 
     def streams(self) -> list[FileStream]:
         """Every open stream: draining ones first, then the current one."""
@@ -258,12 +262,15 @@ class FileTailer:
         except OSError as exc:
             self._error(exc)
             return None
-        adopted = self._adopt((st.st_dev, st.st_ino))
-        if adopted is not None:  # the same file is already followed under another name
+        adopted = self._adopt(self, (st.st_dev, st.st_ino))
+        if adopted is not False:  # the same file is already followed under another name
             os.close(fd)
+            self._failing = None
+            if adopted is True:  # another path (a symlink, say) follows it: leave it there
+                return None
+            assert isinstance(adopted, FileStream)
             adopted.path = self.path
             self.current = adopted
-            self._failing = None
             return adopted
         stream = FileStream(self.source, self.path, fd, st, resume(st, fd), self._max_line_bytes)
         self.current = stream
@@ -288,6 +295,8 @@ class FileTailer:
 
     def check_path(self, now: float, new_resume: Callable[[os.stat_result, int], Resume]) -> None:
         """Compare the path with the open file: rotation, deletion, truncation, reappearance."""
+        if self.orphan:
+            return
         cur = self.current
         try:
             st = os.stat(self.path)
@@ -306,9 +315,15 @@ class FileTailer:
             self._retire(cur, now)
             self.open(new_resume)
             return
-        if st.st_size < cur.offset or not cur.marker_intact():
-            self._observer.truncated(self.source, self.path)
-            cur.restart_at_zero()
+        try:
+            rewritten = cur.rewritten()
+        except OSError as exc:
+            self._error(exc)
+            return
+        if rewritten:
+            read_to = cur.offset
+            unread = cur.restart_at_zero()
+            self._observer.truncated(self.source, self.path, read_to, unread)
 
     def _retire(self, stream: FileStream, now: float) -> None:
         self.current = None
