@@ -8,6 +8,7 @@ committed offsets are read again, which writes the same events again.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,6 +22,8 @@ from sigwatch.clock import Clock
 from sigwatch.pipeline import Engine, Pipeline, StreamState
 from sigwatch.sinks.eventlog import EventLogSink
 from sigwatch.sources.checkpoint import Checkpoint, CheckpointStore, FileRecord
+
+MAX_TOMBSTONES = 4096
 from sigwatch.sources.discovery import ChangeHints, SourceSpec, expand_sources
 from sigwatch.sources.file import (
     Draining,
@@ -61,10 +64,17 @@ class _Observer:
         if self.m:
             self.m.rotations.labels(source).inc()
 
-    def truncated(self, source: str, path: str) -> None:
-        log.warning("file_truncated", source=source, path=path)
+    def truncated(self, source: str, path: str, read_to: int, unread: int) -> None:
+        log.warning("file_truncated", source=source, path=path, read_to=read_to,
+                    partial_line_bytes_dropped=unread)
         if self.m:
             self.m.truncations.labels(source).inc()
+        if read_to:
+            # Whatever was appended after our last read and before the truncation (the
+            # copytruncate gap) is gone; we cannot tell how much, so say that it may be.
+            self.data_loss(source, "truncated", path=path, read_to=read_to,
+                           note="lines written after the last read and before the "
+                                "truncation cannot be read")
 
     def file_error(self, source: str, path: str, reason: str, error: str) -> None:
         log.warning("file_unreadable", source=source, path=path, reason=reason, error=error)
@@ -186,8 +196,9 @@ class TailService:
                 if self._verify(record, st, fd):
                     return Resume(record.offset, record.lineno, record.emitted,
                                   bytes.fromhex(record.marker))
-                self.observer.truncated(source, path)
-                return Resume()
+                if not record.closed:  # a file we were following changed while we were away
+                    self.observer.truncated(source, path, record.emitted, 0)
+                return Resume()  # else the inode was reused by a new file: read it all
             if self._recovering:
                 fp = head_fingerprint(os.pread(fd, 64, 0))
                 key = f"{st.st_dev}:{st.st_ino}:{fp[1] if fp else ''}"
@@ -205,51 +216,93 @@ class TailService:
             if record.head_len and _hash_head(fd, record.head_len) != record.head_hash:
                 return False
             marker = bytes.fromhex(record.marker)
-            if marker and os.pread(fd, len(marker), record.emitted - len(marker)) != marker:
+            if marker and (record.emitted < len(marker) or os.pread(
+                    fd, len(marker), record.emitted - len(marker)) != marker):
                 return False
         except OSError:
             return False
         return True
 
     def _drain_orphans(self) -> None:
-        """Files known to the checkpoint but no longer at their path: find and finish them."""
+        """Files known to the checkpoint but no longer at their path: find and finish them.
+
+        A file rotated away while we were down is looked for by inode in its old folder (one
+        directory listing per folder). Found: read from the checkpoint to its end. Gone: what
+        was written after the checkpoint is lost, which is counted and logged. Files we had
+        already read to the end and closed (``closed``) are only forgotten when gone.
+        """
+        by_folder: dict[str, dict[int, str]] = {}
         for (dev, ino), record in list(self._records.items()):
             folder = os.path.dirname(record.path)
-            found = None
-            try:
-                with os.scandir(folder) as entries:
-                    for entry in entries:
-                        if entry.inode() == ino and entry.stat().st_dev == dev:
-                            found = entry.path
-                            break
-            except OSError:
-                found = None
+            if folder not in by_folder:
+                inodes: dict[int, str] = {}
+                try:
+                    with os.scandir(folder) as entries:
+                        for entry in entries:
+                            try:
+                                if entry.is_file(follow_symlinks=False):
+                                    inodes[entry.inode()] = entry.path
+                            except OSError:
+                                continue
+                except OSError as exc:
+                    log.warning("orphan_folder_unreadable", folder=folder, error=str(exc))
+                by_folder[folder] = inodes
+            found = by_folder[folder].get(ino)
+            if found is not None:
+                try:
+                    st = os.stat(found)
+                except OSError:
+                    found = None
+                else:
+                    if st.st_dev != dev:
+                        found = None
             if found is None:
-                self.observer.data_loss(record.source, "rotated_away", path=record.path,
-                                        offset=record.emitted)
                 del self._records[(dev, ino)]
+                if not record.closed:
+                    self.observer.data_loss(record.source, "rotated_away", path=record.path,
+                                            offset=record.emitted)
                 continue
-            tailer = FileTailer(record.source, found, observer=self.observer,
-                                max_line_bytes=self.options.max_line_bytes,
-                                rotate_wait=0.0, adopt=lambda _ident: None)
-            stream = tailer.open(self._resume_for(record.source, found))
-            if stream is None:
-                continue
-            tailer.current = None
-            tailer.draining.append(Draining(stream, 0.0))
-            self.tailers[f"{found}\0orphan"] = tailer
-            log.info("draining_rotated_file", source=record.source, path=found,
-                     offset=stream.offset)
+            if record.closed and st.st_size <= record.offset:
+                continue  # read to the end before; keep remembering it
+            self._follow_orphan(record.source, found)
+
+    def _follow_orphan(self, source: str, path: str) -> FileStream | None:
+        tailer = FileTailer(source, path, observer=self.observer,
+                            max_line_bytes=self.options.max_line_bytes,
+                            rotate_wait=0.0, adopt=lambda _t, _ident: False, orphan=True)
+        stream = tailer.open(self._resume_for(source, path))
+        if stream is None:
+            return None
+        tailer.current = None
+        tailer.draining.append(Draining(stream, 0.0))
+        self.tailers[f"{path}\0orphan{id(stream)}"] = tailer
+        log.info("draining_rotated_file", source=source, path=path, offset=stream.offset)
+        return stream
 
     # -- the pump -----------------------------------------------------------------------------
 
-    def _adopt(self, identity: tuple[int, int]) -> FileStream | None:
+    def _adopt(self, taker: FileTailer, identity: tuple[int, int]) -> FileStream | bool:
+        """The stream already following ``identity`` if ``taker`` should take it over.
+
+        A rotated file (draining, or no longer at its owner's path) moves to the path where
+        it is now. One still at its owner's path (two globs, or a symlink and its target)
+        stays where it is: True means "followed elsewhere", False "not followed at all".
+        """
         for tailer in self.tailers.values():
             for stream in tailer.streams():
-                if stream.identity == identity and not stream.closed:
-                    tailer.release(stream)
-                    return stream
-        return None
+                if stream.identity != identity or stream.closed:
+                    continue
+                if tailer is not taker and stream is tailer.current and not tailer.orphan:
+                    try:
+                        st = os.stat(tailer.path)
+                        still_there = (st.st_dev, st.st_ino) == identity
+                    except OSError:
+                        still_there = False
+                    if still_there:
+                        return True
+                tailer.release(stream)
+                return stream
+        return False
 
     def _rescan(self) -> None:
         found, capped = expand_sources(self.sources, self.options.max_files)
@@ -263,7 +316,7 @@ class TailService:
                                 rotate_wait=self.options.rotate_wait, adopt=self._adopt)
             self.tailers[path] = tailer
             tailer.open(self._resume_for(source, path))
-        for path in [p for p, t in self.tailers.items() if p not in found and "\0" not in p]:
+        for path in [p for p in self.tailers if p not in found]:
             tailer = self.tailers[path]
             if tailer.current is not None:
                 tailer.check_path(self.clock.monotonic(), self._resume_for(tailer.source, path))
@@ -326,9 +379,10 @@ class TailService:
 
     def _pump_stream(self, stream: FileStream) -> bool:
         try:
-            if stream.size() < stream.offset or not stream.marker_intact():
-                self.observer.truncated(stream.source, stream.path)
-                stream.restart_at_zero()
+            if stream.rewritten():
+                read_to = stream.offset
+                unread = stream.restart_at_zero()
+                self.observer.truncated(stream.source, stream.path, read_to, unread)
             segments, nbytes = stream.read(self.options.read_budget)
         except OSError as exc:
             self.observer.file_error(stream.source, stream.path, "io", str(exc))
@@ -346,6 +400,19 @@ class TailService:
         if tail:
             self.pipeline.process(self._state(stream), tail)
         self.observer.closed(stream.source, stream.path, 0)
+        try:
+            linked = os.fstat(stream.fd).st_nlink > 0
+        except OSError:
+            linked = False
+        if linked:
+            # Still on disk under some name: remember how far we read, so that if a glob
+            # finds it later (``app.log.1``) or a writer appends to it, it resumes there.
+            record = self._record(stream)
+            self._records.pop((record.dev, record.ino), None)
+            self._records[(record.dev, record.ino)] = dataclasses.replace(record, closed=True)
+            while len(self._records) > MAX_TOMBSTONES:
+                oldest = next(iter(self._records))
+                del self._records[oldest]
         self._states.pop(id(stream), None)
         self._last_records.pop(id(stream), None)
         stream.close()
@@ -361,18 +428,17 @@ class TailService:
             opened = entry[0].tracker.earliest_open()
             if opened is not None and opened[0] < committed:
                 resume, lineno = opened[0], opened[1] - 1
+        if committed >= stream.emitted:
+            emitted, marker = committed, stream.committed_marker
+        else:  # still replaying below what was already delivered
+            emitted, marker = stream.emitted, stream.emitted_marker
         cached = self._last_records.get(id(stream))
-        if cached and cached.emitted == committed and cached.offset == resume \
-                and cached.path == stream.path:
+        if cached and cached.emitted == emitted and cached.offset == resume \
+                and cached.path == stream.path and cached.lineno == lineno:
             return cached
-        marker = b""
-        if committed:
-            start = max(0, committed - 32)
-            marker = os.pread(stream.fd, committed - start, start)
         head_len, head_hash = stream.fingerprint or (0, "")
         record = FileRecord(stream.source, stream.path, stream.dev, stream.ino, head_len,
-                            head_hash, resume, max(committed, stream.emitted), lineno,
-                            marker.hex())
+                            head_hash, resume, emitted, lineno, marker.hex())
         self._last_records[id(stream)] = record
         return record
 

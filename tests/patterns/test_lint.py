@@ -108,3 +108,12 @@ class TestLintCatches:
             id="good_one", regex="boom happened", text="boom happened"))
 
         assert "P002" in _codes(root)
+
+
+def test_catalogue_is_up_to_date(library) -> None:
+    """patterns/README.md is what `sigwatch patterns catalogue` generates (run `make catalogue`)."""
+    from sigwatch.checks.catalogue import render_catalogue  # noqa: PLC0415
+
+    readme = builtin_pattern_dir() / "README.md"
+
+    assert render_catalogue(library) == readme.read_text(encoding="utf-8")

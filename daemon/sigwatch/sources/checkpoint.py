@@ -43,6 +43,7 @@ class FileRecord:
     emitted: int
     lineno: int
     marker: str  # hex of up to 32 bytes ending at `emitted`
+    closed: bool = False  # read to its end and let go (a tombstone: never "lost")
 
 
 @dataclass(frozen=True, slots=True)
