@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sigwatch.errors import ConfigError
+from sigwatch.errors import ConfigError, field_path
 
 __all__ = ["DEFAULT_LISTEN", "DEFAULT_WATCH", "Config", "SourceConfig", "default_state_dir",
            "load_config"]
@@ -85,13 +85,6 @@ class Config(_Strict):
         return value
 
 
-def _loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def load_config(path: Path | None, **overrides: object) -> Config:
     """Read and validate a config file (or the defaults), applying command-line overrides."""
     file = str(path) if path else "<defaults>"
@@ -114,4 +107,4 @@ def load_config(path: Path | None, **overrides: object) -> Config:
         more = len(exc.errors()) - 1
         if more:
             reason += f" (and {more} more error{'s' if more > 1 else ''})"
-        raise ConfigError(file, _loc(err["loc"]), reason) from None
+        raise ConfigError(file, field_path(err["loc"]), reason) from None

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ConfigError", "InputError", "PatternError", "SigwatchError"]
+__all__ = ["ConfigError", "InputError", "PatternError", "SigwatchError", "field_path"]
+
+
+def field_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
+    """A pydantic error location as the dotted path users see: ``match.then[0].regex``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
 class SigwatchError(Exception):

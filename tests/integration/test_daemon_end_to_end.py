@@ -19,6 +19,16 @@ INCIDENT_LINE = ("[rank0]: 0: :0:rocdevice.cpp            :2982: 4097143577 us: 
                  "memory beyond the largest legal address. code: 0x29\n")
 
 
+def _start(daemon, tmp_path: Path, logs: Path, *extra: str) -> tuple[object, int, Path]:
+    """Start `sigwatch run` on logs/*.log with an event log; returns (process, port, events)."""
+    events = tmp_path / "events.jsonl"
+    port = free_port()
+    d = daemon("--watch", str(logs / "*.log"), "--events", str(events), "--listen",
+               f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "state"), "--no-console",
+               *extra)
+    return d, port, events
+
+
 def _events(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -31,10 +41,7 @@ def test_appended_incident_line_reaches_event_log_and_metrics(tmp_path: Path, da
     logs.mkdir()
     train = logs / "train.log"
     train.write_text("epoch 1 step 1 loss 2.31\n")
-    events = tmp_path / "events.jsonl"
-    port = free_port()
-    d = daemon("--watch", str(logs / "*.log"), "--events", str(events), "--listen",
-               f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "state"), "--no-console")
+    d, port, events = _start(daemon, tmp_path, logs)
     wait_started(port)
     metric = ('sigwatch_detections_total{severity="error",'
               'signature="rocm_hsa_aperture_violation",source="files"}')
@@ -59,10 +66,7 @@ def test_file_created_after_start_is_read_from_byte_zero(tmp_path: Path, daemon)
     """A new file's first line is seen, even if written before the daemon noticed the file."""
     logs = tmp_path / "logs"
     logs.mkdir()
-    events = tmp_path / "events.jsonl"
-    port = free_port()
-    daemon("--watch", str(logs / "*.log"), "--events", str(events), "--listen",
-           f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "state"), "--no-console")
+    d, port, events = _start(daemon, tmp_path, logs)
     wait_started(port)
 
     (logs / "late.log").write_text(INCIDENT_LINE)
@@ -76,10 +80,7 @@ def test_existing_content_is_skipped_at_first_start(tmp_path: Path, daemon) -> N
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "old.log").write_text(INCIDENT_LINE + "later line\n")
-    events = tmp_path / "events.jsonl"
-    port = free_port()
-    daemon("--watch", str(logs / "*.log"), "--events", str(events), "--listen",
-           f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "state"), "--no-console")
+    d, port, events = _start(daemon, tmp_path, logs)
     wait_started(port)
 
     with (logs / "old.log").open("a") as fh:
@@ -100,11 +101,7 @@ def test_sighup_reloads_patterns_and_keeps_old_set_when_broken(tmp_path: Path,
     logs.mkdir()
     log = logs / "a.log"
     log.write_text("")
-    events = tmp_path / "events.jsonl"
-    port = free_port()
-    d = daemon("--watch", str(logs / "*.log"), "--patterns", str(tmp_path / "patterns"),
-               "--events", str(events), "--listen", f"127.0.0.1:{port}", "--state-dir",
-               str(tmp_path / "state"), "--no-console")
+    d, port, events = _start(daemon, tmp_path, logs, "--patterns", str(tmp_path / "patterns"))
     wait_started(port)
 
     (pats / "second_sig.toml").write_text(sig.format(id="second_sig", rx="SECOND"))

@@ -149,9 +149,13 @@ class Harness:
             for stream in tailer.streams():
                 stream.close()
         if self.eventlog is not None:
+            # Whatever is still in the process's buffer dies with it: point the file's fd
+            # at /dev/null so a later flush or close cannot reach the event log.
             fh = self.eventlog._fh  # noqa: SLF001 - simulate the process dying
-            os.close(fh.fileno())
-            self.eventlog._fh = open(os.devnull, "ab")  # noqa: SIM115, SLF001
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fh.fileno())
+            os.close(null)
+            fh.close()
         self._bank()
 
     def restart(self, *, crash: bool = False) -> TailService:

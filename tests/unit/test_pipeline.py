@@ -15,6 +15,14 @@ from sigwatch.sinks.base import CollectingSink
 from sigwatch.sinks.metrics import MetricsSink
 from sigwatch.telemetry.metrics import SelfMetrics
 
+FINE = """
+id = "fine_x"
+title = "Fine"
+severity = "error"
+[match]
+regex = 'real error'
+"""
+
 TWO_STEP = """
 id = "segv_gethandle"
 title = "Segfault In GetHandle"
@@ -154,13 +162,7 @@ class TestHostileInput:
             regex = '^(a|aa)+$'
             keywords = ["aaaa"]
         """)
-        root = write_pattern("fine_x", """
-            id = "fine_x"
-            title = "Fine"
-            severity = "error"
-            [match]
-            regex = 'real error'
-        """)
+        root = write_pattern("fine_x", FINE)
         registry = CollectorRegistry()
 
         found = _run(root, "a" * 5000 + "b\nreal error\n", registry=registry)
@@ -171,13 +173,7 @@ class TestHostileInput:
 
     def test_binary_garbage_neither_crashes_nor_detects(self, write_pattern: Callable) -> None:
         """Random bytes, NULs and invalid UTF-8 are read, counted and ignored."""
-        root = write_pattern("fine_x", """
-            id = "fine_x"
-            title = "Fine"
-            severity = "error"
-            [match]
-            regex = 'real error'
-        """)
+        root = write_pattern("fine_x", FINE)
         garbage = bytes((i * 7919 + 13) % 256 for i in range(200_000))
         registry = CollectorRegistry()
 
@@ -205,13 +201,7 @@ class TestMetrics:
     def test_detections_are_counted_by_signature_severity_and_source(
             self, write_pattern: Callable) -> None:
         """The stable metric counts each detection once."""
-        root = write_pattern("fine_x", """
-            id = "fine_x"
-            title = "Fine"
-            severity = "error"
-            [match]
-            regex = 'real error'
-        """)
+        root = write_pattern("fine_x", FINE)
         registry = CollectorRegistry()
 
         _run(root, "real error\nok\nreal error\n", registry=registry)

@@ -9,7 +9,7 @@ from pathlib import Path
 import regex
 from pydantic import ValidationError
 
-from sigwatch.errors import PatternError
+from sigwatch.errors import PatternError, field_path
 from sigwatch.model import Remediation, Severity
 from sigwatch.patterns.compiled import (
     CompiledSignature,
@@ -54,13 +54,6 @@ def _display(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-def _field_path(loc: Sequence[int | str]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def _compile_regex(text: str, file: str, field: str) -> regex.Pattern[str]:
@@ -136,7 +129,7 @@ def _load_file(path: Path) -> tuple[CompiledSignature | None, list[PatternError]
             reason = err["msg"]
             if err["type"] == "extra_forbidden":
                 reason = "unknown key"
-            errors.append(PatternError(file, _field_path(err["loc"]), reason))
+            errors.append(PatternError(file, field_path(err["loc"]), reason))
         return None, errors
     try:
         return compile_signature(raw, path), []
