@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# sigwatch's single entry point for a fresh Debian machine. Installs what it needs itself.
+#   ./dev.sh run [ARGS...]    run the daemon (default configuration unless ARGS say otherwise)
+#   ./dev.sh test [PYTEST...]  run the whole test suite (what CI runs)
+#   ./dev.sh bench | reliability | catalogue | venv
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${VENV:-.venv}
+PY="$VENV/bin/python"
+
+need_debian_packages() {
+  local missing=()
+  python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+  command -v python3 >/dev/null || missing+=(python3)
+  if ((${#missing[@]})); then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+    else
+      echo "dev.sh: please install: ${missing[*]} (sudo apt-get install ${missing[*]})" >&2
+      exit 1
+    fi
+  fi
+}
+
+venv() {
+  local stamp="$VENV/.installed"
+  if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then
+    return
+  fi
+  need_debian_packages
+  [ -x "$PY" ] || python3 -m venv "$VENV"
+  "$PY" -m pip install --quiet --upgrade pip
+  "$PY" -m pip install --quiet -e '.[test]'
+  touch "$stamp"
+}
+
+cmd=${1:-help}
+shift || true
+case "$cmd" in
+  venv) venv ;;
+  run)
+    venv
+    mkdir -p /var/log/training 2>/dev/null || true
+    exec "$VENV/bin/sigwatch" run "$@" ;;
+  test)
+    venv
+    exec "$PY" -m pytest -q -p no:cacheprovider "$@" ;;
+  bench) venv; exec "$PY" bench/run_bench.py "$@" ;;
+  reliability) venv; exec "$PY" bench/reliability.py "$@" ;;
+  catalogue) venv; "$VENV/bin/sigwatch" patterns catalogue > patterns/README.md ;;
+  *) sed -n '2,6p' "$0"; exit 2 ;;
+esac
