@@ -180,10 +180,25 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     return Daemon(service, hints, roots, registry, config.listen, metrics)
 
 
+def raise_fd_limit() -> None:
+    """Lift the soft open-files limit to the hard one: every followed file holds an fd."""
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("fd_limit_raised", soft=soft, now=target)
+    except (ImportError, ValueError, OSError) as exc:
+        log.warning("fd_limit_unchanged", error=str(exc))
+
+
 def run_daemon(config: Config) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status."""
     fmt = None if config.log_format == "auto" else config.log_format == "json"
     configure_logging(json=fmt, level=config.log_level)
+    raise_fd_limit()
     try:
         config.state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

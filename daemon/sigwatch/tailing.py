@@ -12,7 +12,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import stat as stat_mod
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +26,7 @@ from sigwatch.sinks.eventlog import EventLogSink
 from sigwatch.sources.checkpoint import Checkpoint, CheckpointStore, FileRecord
 
 MAX_TOMBSTONES = 4096
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 from sigwatch.sources.discovery import ChangeHints, SourceSpec, expand_sources
 from sigwatch.sources.file import (
     Draining,
@@ -64,12 +67,13 @@ class _Observer:
         if self.m:
             self.m.rotations.labels(source).inc()
 
-    def truncated(self, source: str, path: str, read_to: int, unread: int) -> None:
+    def truncated(self, source: str, path: str, read_to: int, unread: int,
+                  size_before: int = 0) -> None:
         log.warning("file_truncated", source=source, path=path, read_to=read_to,
-                    partial_line_bytes_dropped=unread)
+                    size_before=size_before, partial_line_bytes_dropped=unread)
         if self.m:
             self.m.truncations.labels(source).inc()
-        if read_to:
+        if read_to or size_before:
             # Whatever was appended after our last read and before the truncation (the
             # copytruncate gap) is gone; we cannot tell how much, so say that it may be.
             self.data_loss(source, "truncated", path=path, read_to=read_to,
@@ -135,7 +139,9 @@ class TailService:
         self._next_commit = 0.0
         self._dirty_commit = False
         self._checkpoint_failing = False
-        self._last_records: dict[int, FileRecord] = {}
+        self._behind: list[FileTailer] = []  # read a full budget last pass: more is waiting
+        self._last_records: dict[int, tuple[tuple[object, ...], FileRecord]] = {}
+        self._last_rescan_wall = 0.0
         self.reload_requested = threading.Event()
         self.start_mode = "none"
 
@@ -163,11 +169,16 @@ class TailService:
                       policy="read every file from byte 0; detections already in the event "
                              "log are not written again",
                       streams_in_event_log=len(self._recovered_emitted))
+        followed: list[FileRecord] = []
         if cp is not None:
             self._records = {(r.dev, r.ino): r for r in cp.files}
+            followed = [r for r in cp.files if not r.closed]
         log.info("tail_starting", checkpoint=self.start_mode, files_known=len(self._records))
         self._rescan()
         self._drain_orphans()
+        if cp is not None and cp.saved_at:
+            for record in followed:
+                self._read_unseen_rotations(record.source, record.path, cp.saved_at)
         self._first_start = False
         self.commit(force=True)
 
@@ -197,7 +208,12 @@ class TailService:
                     return Resume(record.offset, record.lineno, record.emitted,
                                   bytes.fromhex(record.marker))
                 if not record.closed:  # a file we were following changed while we were away
-                    self.observer.truncated(source, path, record.emitted, 0)
+                    log.warning("file_changed_while_down", source=source, path=path,
+                                read_to=record.emitted)
+                    if self.metrics:
+                        self.metrics.truncations.labels(source).inc()
+                    self.observer.data_loss(source, "changed_while_down", path=path,
+                                            read_to=record.emitted)
                 return Resume()  # else the inode was reused by a new file: read it all
             if self._recovering:
                 fp = head_fingerprint(os.pread(fd, 64, 0))
@@ -210,7 +226,7 @@ class TailService:
 
     @staticmethod
     def _verify(record: FileRecord, st: os.stat_result, fd: int) -> bool:
-        if st.st_size < record.emitted or st.st_size < record.offset:
+        if st.st_size < max(record.emitted, record.offset, record.size_seen):
             return False
         try:
             if record.head_len and _hash_head(fd, record.head_len) != record.head_hash:
@@ -266,6 +282,41 @@ class TailService:
                 continue  # read to the end before; keep remembering it
             self._follow_orphan(record.source, found)
 
+    def _read_unseen_rotations(self, source: str, path: str, since: float) -> None:
+        """Read files rotated away from ``path`` before we ever opened them.
+
+        A file created at ``path`` and renamed to ``path.1`` between two of our looks (or
+        while we were down) was never opened. Unknown files named ``<name>*`` next to it that
+        were modified after we last saw ``path`` are such files: read them from byte 0.
+        Compressed rotations are skipped (logrotate compresses a copy; the original was read).
+        """
+        folder, name = os.path.split(path)
+        # Open files are known. A checkpoint record is not proof: its inode may have been
+        # reused by a new file; opening it verifies (fingerprint, marker) and resumes.
+        known = {s.identity for t in self.tailers.values() for s in t.streams()}
+        try:
+            with os.scandir(folder) as entries:
+                candidates = [e for e in entries if e.name.startswith(name) and e.name != name
+                              and not e.name.endswith(COMPRESSED)]
+        except OSError:
+            return
+        for entry in sorted(candidates, key=lambda e: e.name, reverse=True):  # oldest first
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat_mod.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in known:
+                continue
+            if st.st_mtime < since - 1.0 or st.st_size == 0:
+                continue
+            record = self._records.get((st.st_dev, st.st_ino))
+            if self._follow_orphan(source, entry.path) is not None:
+                known.add((st.st_dev, st.st_ino))
+                if record is not None and record.closed:
+                    continue
+                log.warning("reading_unseen_rotated_file", source=source, path=entry.path,
+                            rotated_from=path)
+
     def _follow_orphan(self, source: str, path: str) -> FileStream | None:
         tailer = FileTailer(source, path, observer=self.observer,
                             max_line_bytes=self.options.max_line_bytes,
@@ -305,6 +356,8 @@ class TailService:
         return False
 
     def _rescan(self) -> None:
+        looked, since = time.time(), self._last_rescan_wall
+        self._last_rescan_wall = looked
         found, capped = expand_sources(self.sources, self.options.max_files)
         if capped:
             log.warning("max_files_reached", limit=self.options.max_files)
@@ -315,7 +368,10 @@ class TailService:
                                 max_line_bytes=self.options.max_line_bytes,
                                 rotate_wait=self.options.rotate_wait, adopt=self._adopt)
             self.tailers[path] = tailer
-            tailer.open(self._resume_for(source, path))
+            if tailer.open(self._resume_for(source, path)) is not None and since:
+                # New at this path since the last rescan: a file may have lived here and
+                # been rotated away before we looked.
+                self._read_unseen_rotations(source, path, since)
         for path in [p for p in self.tailers if p not in found]:
             tailer = self.tailers[path]
             if tailer.current is not None:
@@ -359,13 +415,21 @@ class TailService:
         else:
             tailers = [t for p in dirty if (t := self.tailers.get(p)) is not None]
             tailers += [t for t in self.tailers.values() if t.draining]
+            tailers += [t for t in self._behind if t not in tailers]
+        self._behind = []
         progressed = False
         for tailer in tailers:
+            changes, seen_at = tailer.changes, tailer.seen_at
             tailer.check_path(now, self._resume_for(tailer.source, tailer.path))
+            if tailer.changes != changes:
+                self._read_unseen_rotations(tailer.source, tailer.path, seen_at)
             idle: set[int] = set()
             for stream in tailer.streams():
-                if self._pump_stream(stream):
+                nbytes = self._pump_stream(stream)
+                if nbytes:
                     progressed = True
+                    if nbytes >= self.options.read_budget and tailer not in self._behind:
+                        self._behind.append(tailer)
                 else:
                     idle.add(id(stream))
             for stream in tailer.expire_drained(now, idle):
@@ -377,23 +441,27 @@ class TailService:
             self.commit()
         return progressed
 
-    def _pump_stream(self, stream: FileStream) -> bool:
+    def _pump_stream(self, stream: FileStream) -> int:
         try:
             if stream.rewritten():
                 read_to = stream.offset
                 unread = stream.restart_at_zero()
-                self.observer.truncated(stream.source, stream.path, read_to, unread)
+                self.observer.truncated(stream.source, stream.path, read_to, unread,
+                                        stream.size_before)
             segments, nbytes = stream.read(self.options.read_budget)
+            if stream.replaced_before_read:
+                stream.replaced_before_read = False
+                self.observer.truncated(stream.source, stream.path, 0, 0, stream.last_size)
         except OSError as exc:
             self.observer.file_error(stream.source, stream.path, "io", str(exc))
-            return False
+            return 0
         if not nbytes:
-            return False
+            return 0
         if self.metrics:
             self.metrics.bytes_read.labels(stream.source).inc(nbytes)
         if segments:
             self.pipeline.process(self._state(stream), segments)
-        return True
+        return nbytes
 
     def _close_stream(self, stream: FileStream) -> None:
         tail = stream.finish()
@@ -432,14 +500,20 @@ class TailService:
             emitted, marker = committed, stream.committed_marker
         else:  # still replaying below what was already delivered
             emitted, marker = stream.emitted, stream.emitted_marker
+        key = (emitted, resume, lineno, stream.path, stream.truncations, stream.fingerprint,
+               stream.last_size)
         cached = self._last_records.get(id(stream))
-        if cached and cached.emitted == emitted and cached.offset == resume \
-                and cached.path == stream.path and cached.lineno == lineno:
-            return cached
+        if cached and cached[0] == key:
+            return cached[1]
         head_len, head_hash = stream.fingerprint or (0, "")
+        if not head_len:  # no whole head yet: the bytes we read, or else what we saw at open
+            seen = stream.head or stream.open_head
+            if seen:
+                head_len, head_hash = len(seen), hashlib.sha256(seen).hexdigest()[:16]
         record = FileRecord(stream.source, stream.path, stream.dev, stream.ino, head_len,
-                            head_hash, resume, emitted, lineno, marker.hex())
-        self._last_records[id(stream)] = record
+                            head_hash, resume, emitted, lineno, marker.hex(),
+                            size_seen=stream.last_size)
+        self._last_records[id(stream)] = (key, record)
         return record
 
     def commit(self, *, force: bool = False) -> None:
@@ -451,7 +525,7 @@ class TailService:
             event_commit = self.eventlog.commit_point() if self.eventlog else None
             records = [self._record(s) for t in self.tailers.values() for s in t.streams()]
             records += list(self._records.values())  # known files not readable right now
-            self.store.save(Checkpoint(tuple(records), event_commit))
+            self.store.save(Checkpoint(tuple(records), event_commit, time.time()))
         except OSError as exc:
             if self.metrics:
                 self.metrics.checkpoint_errors.inc()

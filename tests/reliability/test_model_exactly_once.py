@@ -41,6 +41,8 @@ class TailerMachine(RuleBasedStateMachine):
         self.seq = 0
         self.written: set[int] = set()
         self.destroyed: set[int] = set()
+        self.unseen_destroyed: set[int] = set()  # in a file destroyed before any daemon pass
+        self.seen: set[str] = set()  # names whose current file a daemon pass has opened
         self.content: dict[str, list[int]] = {}  # file name -> seqs in it
         self.partial: int | None = None
         self.up = False
@@ -53,6 +55,7 @@ class TailerMachine(RuleBasedStateMachine):
         self.wide = glob.endswith("*")
         self.h.start()
         self.up = True
+        self._passed()
 
     def _path(self, name: str) -> Path:
         assert self.h is not None
@@ -99,7 +102,28 @@ class TailerMachine(RuleBasedStateMachine):
     # -- destroying or moving content ---------------------------------------------------------
 
     def _destroy(self, name: str) -> None:
-        self.destroyed.update(self.content.pop(name, []))
+        seqs = self.content.pop(name, [])
+        self.destroyed.update(seqs)
+        if name not in self.seen:
+            self.unseen_destroyed.update(seqs)
+        self.seen.discard(name)
+
+    def _passed(self) -> None:
+        """A daemon pass opened every file there is."""
+        self.seen = set(self.content)
+
+    def _move(self, src: str, dst: str) -> None:
+        self.content[dst] = self.content.pop(src)
+        if src not in self.seen and not self.wide and src == "app.log":
+            # Created and renamed away while no tailer watched the name: never seen, and
+            # outside the glob. Documented limit (watch rotated names too to cover it).
+            self.unseen_destroyed.update(self.content[dst])
+            self.destroyed.update(self.content[dst])
+        if src in self.seen:
+            self.seen.discard(src)
+            self.seen.add(dst)
+        else:
+            self.seen.discard(dst)
 
     @precondition(lambda self: self.partial is None)
     @rule()
@@ -113,17 +137,20 @@ class TailerMachine(RuleBasedStateMachine):
             src = f"app.log.{n}"
             if src in self.content:
                 os.rename(self._path(src), self._path(f"app.log.{n + 1}"))
-                self.content[f"app.log.{n + 1}"] = self.content.pop(src)
+                self._move(src, f"app.log.{n + 1}")
         if "app.log" in self.content:
             os.rename(self._path("app.log"), self._path("app.log.1"))
-            self.content["app.log.1"] = self.content.pop("app.log")
+            self._move("app.log", "app.log.1")
 
     @precondition(lambda self: self.partial is None and "app.log" in self.content)
     @rule()
     def truncate(self) -> None:
         os.truncate(self._path("app.log"), 0)
+        seen = "app.log" in self.seen
         self._destroy("app.log")
         self.content["app.log"] = []
+        if seen:
+            self.seen.add("app.log")
 
     @precondition(lambda self: self.partial is None and "app.log" in self.content)
     @rule()
@@ -157,12 +184,14 @@ class TailerMachine(RuleBasedStateMachine):
         assert self.h is not None
         for _ in range(passes):
             self.h.tick()
+        self._passed()
 
     @precondition(lambda self: self.up)
     @rule()
     def pump(self) -> None:
         assert self.h is not None
         self.h.pump()
+        self._passed()
 
     @precondition(lambda self: self.up)
     @rule(wait=st.sampled_from([1.0, 6.0]))
@@ -170,12 +199,14 @@ class TailerMachine(RuleBasedStateMachine):
         """Let time pass (6 s is past rotate_wait: drained files get closed)."""
         assert self.h is not None
         self.h.tick(wait)
+        self._passed()
 
     @precondition(lambda self: self.up)
     @rule(crash=st.booleans())
     def restart(self, crash: bool) -> None:
         assert self.h is not None
         self.h.restart(crash=crash)
+        self._passed()
 
     @precondition(lambda self: self.up)
     @rule(crash=st.booleans())
@@ -190,6 +221,7 @@ class TailerMachine(RuleBasedStateMachine):
         assert self.h is not None
         self.h.start()
         self.up = True
+        self._passed()
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -213,7 +245,7 @@ class TailerMachine(RuleBasedStateMachine):
             assert {} == duplicates(got)
             missing = self.written - set(got)
             assert set() == missing - self.destroyed, "lost lines never destroyed"
-            if missing:
+            if missing - self.unseen_destroyed:  # those were never opened: nobody can count
                 assert self.h.losses_counted() > 0, f"silent loss of {sorted(missing)}"
             assert set() == set(got) - self.written
             self.h.stop()
@@ -222,6 +254,6 @@ class TailerMachine(RuleBasedStateMachine):
 
 
 TailerMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=30, deadline=None,
+    max_examples=40, stateful_step_count=25, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_model_exactly_once = pytest.mark.slow(TailerMachine.TestCase)

@@ -44,6 +44,7 @@ class FileRecord:
     lineno: int
     marker: str  # hex of up to 32 bytes ending at `emitted`
     closed: bool = False  # read to its end and let go (a tombstone: never "lost")
+    size_seen: int = 0  # the file's size when we last looked: smaller at start = truncated
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class Checkpoint:
 
     files: tuple[FileRecord, ...]
     event_log: EventLogCommit | None
+    saved_at: float = 0.0  # wall time of the commit: files modified later were written after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,7 @@ def _encode(cp: Checkpoint) -> bytes:
     body = {
         "files": [asdict(f) for f in cp.files],
         "event_log": asdict(cp.event_log) if cp.event_log else None,
+        "saved_at": cp.saved_at,
     }
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     crc = zlib.crc32(text.encode())
@@ -89,7 +92,8 @@ def _decode(raw: bytes) -> Checkpoint:
         raise ValueError(msg)
     files = tuple(FileRecord(**f) for f in body["files"])
     ev = body.get("event_log")
-    return Checkpoint(files, EventLogCommit(**ev) if ev else None)
+    return Checkpoint(files, EventLogCommit(**ev) if ev else None,
+                      float(body.get("saved_at", 0.0)))
 
 
 class CheckpointStore:

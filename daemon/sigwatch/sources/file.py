@@ -14,6 +14,7 @@ import errno
 import hashlib
 import os
 import stat as stat_mod
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -51,7 +52,8 @@ class TailObserver(Protocol):
     """What a tailer reports; the app turns each call into a log event and a metric."""
 
     def rotated(self, source: str, path: str) -> None: ...
-    def truncated(self, source: str, path: str, read_to: int, unread: int) -> None: ...
+    def truncated(self, source: str, path: str, read_to: int, unread: int,
+                  size_before: int = 0) -> None: ...
     def file_error(self, source: str, path: str, reason: str, error: str) -> None: ...
     def opened(self, source: str, path: str, offset: int) -> None: ...
     def closed(self, source: str, path: str, unread: int) -> None: ...
@@ -96,12 +98,23 @@ class FileStream:
                 self.marker = b""
         self.committed_marker = self.marker
         self.last_size = st.st_size
+        self.size_before = st.st_size  # the size before the latest check (for loss reports)
         self.head = b""
         self.fingerprint: tuple[int, str] | None = None
         self.truncations = 0
         self._info: StreamInfo | None = None
         self.closed = False
-        self._load_head()
+        if resume.offset:  # verified against the checkpoint's fingerprint before we got here
+            self._load_head()
+        # What the file held when we opened it, to notice content replaced before our first
+        # read (which nothing else can see: we had read nothing to compare with).
+        self.open_head = b""
+        if resume.offset == 0 and st.st_size:
+            try:
+                self.open_head = os.pread(fd, min(st.st_size, HEAD_BYTES), 0)
+            except OSError:
+                self.open_head = b""
+        self.replaced_before_read = False
 
     def _load_head(self) -> None:
         try:
@@ -110,6 +123,14 @@ class FileStream:
             return
         self.head = head
         self.fingerprint = head_fingerprint(head)
+
+    def _note_head(self, start: int, data: bytes) -> None:
+        """The fingerprint comes from the bytes we read, not from what the file holds now."""
+        if start > len(self.head):
+            return
+        self.head = (self.head[:start] + data[:HEAD_BYTES])[:HEAD_BYTES]
+        if self.fingerprint is None:
+            self.fingerprint = head_fingerprint(self.head)
 
     @property
     def identity(self) -> tuple[int, int]:
@@ -137,10 +158,11 @@ class FileStream:
         return now == self.marker
 
     def rewritten(self) -> bool:
-        """True when the file is shorter than what we read, or our last bytes are gone."""
+        """True when the file shrank, or the last bytes we read are no longer there."""
         size = self.size()
-        self.last_size = size
-        return size < self.offset or not self.marker_intact()
+        seen, self.last_size = self.last_size, size
+        self.size_before = max(seen, self.offset)
+        return size < self.size_before or not self.marker_intact()
 
     def restart_at_zero(self) -> int:
         """Truncation or rewrite: read the file again from byte 0; returns the bytes of the
@@ -151,12 +173,12 @@ class FileStream:
         self.marker = b""
         self.committed_marker = b""
         self.emitted_marker = b""
+        self.open_head = b""
         self.framer.reset(0)
         self.truncations += 1
         self.head = b""
         self.fingerprint = None
         self._info = None
-        self._load_head()
         return unread
 
     def read(self, budget: int) -> tuple[list[Segment], int]:
@@ -164,9 +186,13 @@ class FileStream:
         data = os.pread(self.fd, budget, self.offset)
         if not data:
             return [], 0
-        if self.fingerprint is None and self.offset < HEAD_BYTES:
-            self._load_head()
         start, before = self.offset, self.marker
+        if start < HEAD_BYTES:
+            self._note_head(start, data)
+        if self.open_head and start == 0:
+            if not data.startswith(self.open_head[:len(data)]):
+                self.replaced_before_read = True
+            self.open_head = b""
         self.offset += len(data)
         self.marker = (before + data[-MARKER_BYTES:])[-MARKER_BYTES:]
         segments = self.framer.feed(data)
@@ -247,6 +273,11 @@ class FileTailer:
         # An orphan tailer only drains files found at start-up under a rotated name; it never
         # opens its path again.
         self.orphan = orphan
+        # Times the file at our path changed (removed, replaced, or a new one opened), and
+        # the wall time we last looked at the path and found it as we left it. A file that
+        # lived at the path only between those two looks was never opened by us.
+        self.changes = 0
+        self.seen_at = time.time()
 
     def streams(self) -> list[FileStream]:
         """Every open stream: draining ones first, then the current one."""
@@ -298,19 +329,25 @@ class FileTailer:
         if self.orphan:
             return
         cur = self.current
+        looked = time.time()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             if cur is not None:
                 self._retire(cur, now)
+            else:
+                self.seen_at = looked
             return
         except OSError as exc:
             self._error(exc)  # unknown is not deleted: keep what we have
             return
         if cur is None:
-            self.open(new_resume)
+            if self.open(new_resume) is not None:
+                self.changes += 1
             return
-        if (st.st_dev, st.st_ino) != cur.identity:
+        if (st.st_dev, st.st_ino) == cur.identity:
+            self.seen_at = looked
+        else:
             self._observer.rotated(self.source, self.path)
             self._retire(cur, now)
             self.open(new_resume)
@@ -323,9 +360,10 @@ class FileTailer:
         if rewritten:
             read_to = cur.offset
             unread = cur.restart_at_zero()
-            self._observer.truncated(self.source, self.path, read_to, unread)
+            self._observer.truncated(self.source, self.path, read_to, unread, cur.size_before)
 
     def _retire(self, stream: FileStream, now: float) -> None:
+        self.changes += 1
         self.current = None
         self.draining.append(Draining(stream, now + self._rotate_wait))
 
