@@ -36,7 +36,8 @@ def _iteration(rng: random.Random, step: int) -> bytes:
         f" iteration {step:>8d}/  500000 | consumed samples: {step * 1024:>12d} |"
         f" elapsed time per iteration (ms): {rng.uniform(800, 12000):.1f} |"
         f" learning rate: {rng.uniform(1e-5, 3e-4):.6E} | global batch size:  1024 |"
-        f" lm loss: {rng.uniform(1.5, 8):.6E} | loss scale: 1.0 | grad norm: {rng.uniform(0.1, 3):.3f}"
+        f" lm loss: {rng.uniform(1.5, 8):.6E} | loss scale: 1.0 |"
+        f" grad norm: {rng.uniform(0.1, 3):.3f}"
         f" | number of skipped iterations:   0 | number of nan iterations:   0 |"
     ).encode()
 
@@ -44,7 +45,8 @@ def _iteration(rng: random.Random, step: int) -> bytes:
 def _hf_dict(rng: random.Random, step: int) -> bytes:
     rank = rng.randrange(8)
     return (
-        f"[rank{rank}]: {{'loss': {rng.uniform(0.2, 3):.4f}, 'grad_norm': {rng.uniform(0.1, 9):.6f},"
+        f"[rank{rank}]: {{'loss': {rng.uniform(0.2, 3):.4f},"
+        f" 'grad_norm': {rng.uniform(0.1, 9):.6f},"
         f" 'learning_rate': {rng.uniform(1e-6, 5e-5):.4e}, 'epoch': {step / 3000:.2f}}}"
     ).encode()
 
@@ -97,7 +99,8 @@ def _logging(rng: random.Random, step: int) -> bytes:
         f"skipped {rng.randrange(3)} batches with empty sequences",
     ])
     return (f"2024-06-02 {rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d},"
-            f"{rng.randrange(1000):03d} - {level} - train.py:{rng.randrange(10, 900)} - {msg}").encode()
+            f"{rng.randrange(1000):03d} - {level} - train.py:{rng.randrange(10, 900)} - {msg}"
+            ).encode()
 
 
 def _ansi(rng: random.Random, step: int) -> bytes:

@@ -7,6 +7,7 @@ SIGINT stop after a final commit; SIGHUP reloads the patterns (a broken set keep
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -36,6 +37,9 @@ from sigwatch.telemetry.logging import configure_logging
 from sigwatch.telemetry.metrics import SelfMetrics
 
 __all__ = ["Daemon", "build_daemon", "run_daemon", "sd_notify"]
+
+# Seconds between full polls of every file while inotify hints are live.
+INOTIFY_SAFETY_POLL = 3.0
 
 log = structlog.get_logger("sigwatch.app")
 
@@ -116,6 +120,12 @@ class Daemon:
         self.serve_metrics()
         if self.hints is not None:
             mode = self.hints.start(self.roots)
+            if mode == "inotify":
+                # inotify reports appends, truncations and renames as they happen; the full
+                # poll of every file is then a safety net only, run less often (idle CPU).
+                opts = self.service.options
+                self.service.options = dataclasses.replace(
+                    opts, poll_interval=max(opts.poll_interval, INOTIFY_SAFETY_POLL))
             self.metrics.watch_mode.labels(mode).set(1)
             log.info("watching", mode=mode, roots=[r for r, _ in self.roots])
         self.service.start()

@@ -7,6 +7,7 @@ and run Python code only on those lines.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -37,21 +38,37 @@ class Engine:
         *,
         regex_timeout: float = DEFAULT_REGEX_TIMEOUT,
         on_timeout: Callable[[str], None] | None = None,
+        prefilter: str | None = None,
     ) -> None:
+        """``prefilter``: "auto" (Hyperscan when installed), "python", "hyperscan", or "none"
+        (every regex on every line: the reference the others are tested against). Default:
+        ``$SIGWATCH_PREFILTER`` or "auto"."""
         self.patterns = patterns
         self.matcher = Matcher(patterns, timeout=regex_timeout,
-                               on_timeout=on_timeout or (lambda _sig: None))
+                               on_timeout=on_timeout or (lambda _sig: None),
+                               prefilter=prefilter)
         self.prefilter = self.matcher.prefilter
         self.max_context = max((s.context_before for s in patterns.signatures), default=0)
 
 
-class StreamState:
-    """Per-stream state the pipeline keeps: line count, open sequences, recent lines."""
+HOLD_SECONDS = 5.0
+"""How long a generic detection waits for a specific multi-step signature that may supersede it."""
 
-    def __init__(self, stream: StreamInfo, *, lineno: int = 0, suppress_below: int = -1) -> None:
+
+class StreamState:
+    """Per-stream state the pipeline keeps: line count, open sequences, recent lines.
+
+    After a restart, detections below ``suppress_below`` were already delivered and are not
+    emitted again, except those at ``pending`` offsets: they were held when the checkpoint was
+    written, so they were never delivered.
+    """
+
+    def __init__(self, stream: StreamInfo, *, lineno: int = 0, suppress_below: int = -1,
+                 pending: Iterable[int] = ()) -> None:
         self.stream = stream
         self.lineno = lineno
         self.suppress_below = suppress_below
+        self.pending = frozenset(pending)
         self.tracker = SequenceTracker()
         self.tail: deque[bytes] = deque(maxlen=1)
         self.generation = -1
@@ -113,7 +130,17 @@ class Pipeline:
         emitted: list[Detection] = []
         for seg in segments:
             emitted.extend(self._segment(engine, state, seg))
+        emitted.extend(self.tick(state))
         return emitted
+
+    def tick(self, state: StreamState) -> list[Detection]:
+        """Release held detections whose line window or hold time has passed."""
+        released = state.tracker.expire(state.lineno, self.clock.monotonic(), HOLD_SECONDS)
+        return self._emit_fired(self.engine, state, released)
+
+    def finish(self, state: StreamState) -> list[Detection]:
+        """The stream ended (end of a scan, a file let go): release everything held."""
+        return self._emit_fired(self.engine, state, state.tracker.release_all())
 
     def _segment(self, engine: Engine, state: StreamState, seg: Segment) -> list[Detection]:
         data = seg.data
@@ -135,20 +162,22 @@ class Pipeline:
         base_lineno = state.lineno
         if prefilter.filters_everything:
             counted_to, lineno = 0, base_lineno
-            hit = prefilter.search(data, 0)
-            while hit is not None:
-                start = data.rfind(b"\n", 0, hit.start()) + 1
-                end = data.find(b"\n", hit.start())
+            for start, end, steps in prefilter.candidates(data):
                 lineno += data.count(b"\n", counted_to, start) + 1
                 counted_to = end + 1
-                emitted.extend(self._line(engine, state, data, seg.offset, start, end, lineno))
-                hit = prefilter.search(data, end + 1)
+                emitted.extend(
+                    self._line(engine, state, data, seg.offset, start, end, lineno, steps))
         else:
+            candidates = {start: steps for start, _end, steps in prefilter.candidates(data)}
+            forced = frozenset(prefilter.forced)
             start, lineno = 0, base_lineno
             while start < len(data):
                 end = data.find(b"\n", start)
                 lineno += 1
-                emitted.extend(self._line(engine, state, data, seg.offset, start, end, lineno))
+                extra = candidates.get(start)
+                steps = tuple(sorted(forced.union(extra))) if extra else prefilter.forced
+                emitted.extend(
+                    self._line(engine, state, data, seg.offset, start, end, lineno, steps))
                 start = end + 1
         state.lineno = base_lineno + count
         if engine.max_context:
@@ -156,12 +185,13 @@ class Pipeline:
         return emitted
 
     def _line(self, engine: Engine, state: StreamState, data: bytes, base: int,
-              start: int, end: int, lineno: int) -> list[Detection]:
+              start: int, end: int, lineno: int,
+              steps: Sequence[tuple[int, int]]) -> list[Detection]:
         raw = data[start:end].decode("utf-8", "replace")
         emitted: list[Detection] = []
         for rank, text in normalize(raw):
             line = LogLine(state.stream, base + start, lineno, text, rank)
-            matches = engine.matcher.match(line)
+            matches = engine.matcher.match(line, steps)
             if not matches:
                 continue
             patterns = engine.patterns
@@ -170,7 +200,7 @@ class Pipeline:
                 sig = patterns.get(match.signature)
                 if match.step == 0 and sig is not None and sig.context_before:
                     context_of[sig.id] = self._context(engine, state, data, start, sig)
-            fired = state.tracker.feed(patterns, matches, context_of)
+            fired = state.tracker.feed(patterns, matches, context_of, self.clock.monotonic())
             emitted.extend(self._emit_fired(engine, state, fired))
         return emitted
 
@@ -195,7 +225,7 @@ class Pipeline:
             source = state.stream.source
             detection = self._with_root_cause(sig, detection, now)
             self._recent[(source, sig.id)] = detection
-            if detection.offset < state.suppress_below:
+            if detection.offset < state.suppress_below and detection.offset not in state.pending:
                 continue  # emitted before a crash; the replay only rebuilds state
             for sink in self.sinks:
                 try:
@@ -230,7 +260,8 @@ class Pipeline:
         if best is None:
             return d
         root = RootCause(best.signature, best.title, best.text, best.path, best.offset)
-        return dataclasses.replace(d, root_cause=root)
+        return dataclasses.replace(d, root_cause=root,
+                                   severity=sig.collateral_severity or d.severity)
 
     def _context(self, engine: Engine, state: StreamState, data: bytes, start: int,
                  sig: CompiledSignature) -> tuple[str, ...]:
@@ -281,16 +312,18 @@ def _remember_tail(tail: deque[bytes], data: bytes, count: int) -> None:
 
 
 def _invalid_utf8_lines(data: bytes) -> int:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    else:
-        return 0
+    """Lines of ``data`` that are not valid UTF-8: one decode pass, a jump per bad line."""
+    view = memoryview(data)
     bad = 0
-    for line in data.split(b"\n"):
+    pos = 0
+    while True:
         try:
-            line.decode("utf-8")
-        except UnicodeDecodeError:
+            codecs.decode(view[pos:], "utf-8")
+        except UnicodeDecodeError as exc:
             bad += 1
-    return bad
+            nl = data.find(b"\n", pos + exc.start)
+            if nl == -1:
+                return bad
+            pos = nl + 1
+        else:
+            return bad

@@ -31,6 +31,7 @@ def scan_stream(pipeline: Pipeline, stream: StreamInfo, reader: BinaryIO,
     found: list[Detection] = []
     for segments in _segments(reader, framer):
         found.extend(pipeline.process(state, segments))
+    found.extend(pipeline.finish(state))
     return found
 
 
@@ -39,4 +40,5 @@ def scan_bytes(pipeline: Pipeline, stream: StreamInfo, data: bytes,
     """Same as ``scan_stream`` for bytes already in memory."""
     state = StreamState(stream)
     framer = LineFramer(max_line_bytes)
-    return pipeline.process(state, framer.feed(data) + framer.finish())
+    found = pipeline.process(state, framer.feed(data) + framer.finish())
+    return found + pipeline.finish(state)

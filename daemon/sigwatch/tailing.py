@@ -206,7 +206,7 @@ class TailService:
             if record is not None:
                 if self._verify(record, st, fd):
                     return Resume(record.offset, record.lineno, record.emitted,
-                                  bytes.fromhex(record.marker))
+                                  bytes.fromhex(record.marker), tuple(record.pending))
                 if not record.closed:  # a file we were following changed while we were away
                     log.warning("file_changed_while_down", source=source, path=path,
                                 read_to=record.emitted)
@@ -393,7 +393,7 @@ class TailService:
         entry = self._states.get(id(stream))
         if entry is None or entry[1] != stream.truncations:
             state = StreamState(stream.info, lineno=stream.start_lineno if entry is None else 0,
-                                suppress_below=stream.emitted)
+                                suppress_below=stream.emitted, pending=stream.pending)
             self._states[id(stream)] = (state, stream.truncations)
             return state
         return entry[0]
@@ -434,7 +434,11 @@ class TailService:
                     idle.add(id(stream))
             for stream in tailer.expire_drained(now, idle):
                 self._close_stream(stream)
-        if progressed:
+        if full:  # quiet streams: release generic detections held past their hold time
+            for state, _truncations in list(self._states.values()):
+                if self.pipeline.tick(state):
+                    self._dirty_commit = True
+        if progressed or self._dirty_commit:
             self._dirty_commit = True
             self.pipeline.flush()
         if self._dirty_commit and now >= self._next_commit:
@@ -467,6 +471,7 @@ class TailService:
         tail = stream.finish()
         if tail:
             self.pipeline.process(self._state(stream), tail)
+        self.pipeline.finish(self._state(stream))
         self.observer.closed(stream.source, stream.path, 0)
         try:
             linked = os.fstat(stream.fd).st_nlink > 0
@@ -492,16 +497,20 @@ class TailService:
         entry = self._states.get(id(stream))
         committed = stream.framer.committed_offset
         resume, lineno = committed, (entry[0].lineno if entry else stream.start_lineno)
+        held: tuple[int, ...] = ()
         if entry is not None:
             opened = entry[0].tracker.earliest_open()
             if opened is not None and opened[0] < committed:
                 resume, lineno = opened[0], opened[1] - 1
+            held = entry[0].tracker.held_offsets()
+        # Held detections are not delivered yet; neither are pending ones not replayed yet.
+        pending = tuple(sorted(set(held) | {p for p in stream.pending if p >= committed}))
         if committed >= stream.emitted:
             emitted, marker = committed, stream.committed_marker
         else:  # still replaying below what was already delivered
             emitted, marker = stream.emitted, stream.emitted_marker
         key = (emitted, resume, lineno, stream.path, stream.truncations, stream.fingerprint,
-               stream.last_size)
+               stream.last_size, pending)
         cached = self._last_records.get(id(stream))
         if cached and cached[0] == key:
             return cached[1]
@@ -512,7 +521,7 @@ class TailService:
                 head_len, head_hash = len(seen), hashlib.sha256(seen).hexdigest()[:16]
         record = FileRecord(stream.source, stream.path, stream.dev, stream.ino, head_len,
                             head_hash, resume, emitted, lineno, marker.hex(),
-                            size_seen=stream.last_size)
+                            size_seen=stream.last_size, pending=pending)
         self._last_records[id(stream)] = (key, record)
         return record
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from sigwatch.engine.prefilter import Prefilter
+from sigwatch.engine.prefilter import Prefilter, StepRef
 from sigwatch.model import LogLine, Match
 from sigwatch.patterns.compiled import PatternSet
 
@@ -26,17 +26,22 @@ class Matcher:
         *,
         timeout: float = DEFAULT_REGEX_TIMEOUT,
         on_timeout: Callable[[str], None] = _ignore,
+        prefilter: str | None = None,
     ) -> None:
         self.patterns = patterns
-        self.prefilter = Prefilter(patterns)
+        self.prefilter = Prefilter(patterns, prefilter)
         self.timeout = timeout
         self._on_timeout = on_timeout
 
-    def match(self, line: LogLine) -> list[Match]:
-        """All steps of all signatures that match ``line``, in (signature, step) order."""
+    def match(self, line: LogLine, steps: Sequence[StepRef] | None = None) -> list[Match]:
+        """Steps that match ``line``, in (signature, step) order.
+
+        ``steps`` (sorted) are the only ones tried: the prefilter's candidates for the line.
+        Without it every step of every signature is tried.
+        """
         out: list[Match] = []
         signatures = self.patterns.signatures
-        for sig_index, step_index in self.prefilter.steps_for(line.text):
+        for sig_index, step_index in (self.prefilter.all_steps if steps is None else steps):
             sig = signatures[sig_index]
             step = sig.steps[step_index]
             try:
