@@ -210,3 +210,67 @@ class TestMetrics:
             "sigwatch_detections_total",
             {"signature": "fine_x", "severity": "error", "source": "src"})
         assert 3.0 == registry.get_sample_value("sigwatch_lines_total", {"source": "src"})
+
+
+GENERIC_SEGV = """
+id = "generic_segv"
+title = "Generic Segfault"
+severity = "error"
+[match]
+regex = 'SIGSEGV'
+"""
+
+SPECIFIC_SEGV = TWO_STEP.replace('severity = "error"',
+                                 'severity = "error"\nsupersedes = ["generic_segv"]')
+
+
+class TestSupersedeAcrossSteps:
+    def test_generic_on_the_first_step_is_dropped_when_the_sequence_completes(
+            self, write_pattern: Callable) -> None:
+        """One incident, one detection: the specific two-step signature replaces the generic."""
+        write_pattern("generic_segv", GENERIC_SEGV)
+        root = write_pattern("segv_gethandle", SPECIFIC_SEGV)
+
+        found = _run(root, "*** SIGSEGV received\n  #1 foo\n  #2 PjRt::GetHandle()\n")
+
+        assert ["segv_gethandle"] == [d.signature for d in found]
+
+    def test_generic_is_released_when_the_sequence_cannot_complete(
+            self, write_pattern: Callable) -> None:
+        """Without the frame, the generic detection is delivered, with its own line."""
+        write_pattern("generic_segv", GENERIC_SEGV)
+        root = write_pattern("segv_gethandle", SPECIFIC_SEGV)
+
+        found = _run(root, "*** SIGSEGV received\n" + "  #n frame\n" * 5)
+
+        assert [("generic_segv", 1)] == [(d.signature, d.line) for d in found]
+
+    def test_generic_is_released_at_the_end_of_input(self, write_pattern: Callable) -> None:
+        """A log that stops right after the segfault still reports it."""
+        write_pattern("generic_segv", GENERIC_SEGV)
+        root = write_pattern("segv_gethandle", SPECIFIC_SEGV)
+
+        assert ["generic_segv"] == [d.signature for d in _run(root, "SIGSEGV\n")]
+
+
+class TestCollateralSeverity:
+    def test_fallout_takes_its_lower_severity_only_when_the_root_cause_is_seen(
+            self, write_pattern: Callable) -> None:
+        """The shell's segfault report is info after the crash was reported, error alone."""
+        write_pattern("generic_segv", GENERIC_SEGV)
+        root = write_pattern("shell_segv", """
+            id = "shell_segv"
+            title = "Shell Segfault"
+            severity = "error"
+            [collateral]
+            caused_by = ["generic_segv"]
+            severity = "info"
+            [match]
+            regex = 'Segmentation fault \\(core dumped\\)'
+        """)
+
+        after_root = _run(root, "SIGSEGV\nSegmentation fault (core dumped)\n")
+        alone = _run(root, "Segmentation fault (core dumped)\n")
+
+        assert ["error", "info"] == [d.severity.label for d in after_root]
+        assert ["error"] == [d.severity.label for d in alone]

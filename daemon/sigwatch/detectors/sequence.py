@@ -2,6 +2,10 @@
 
 State is per (signature, rank) within one stream, so interleaved ranks in one file do not mix
 their stack traces. The number of open sequences is capped; the oldest is dropped first.
+
+A multi-step signature that ``supersedes`` a generic one holds the generic detection made on
+its first line: if the sequence completes, the generic detection is dropped (one incident, one
+detection, with the specific fix); if the window passes, it is released as it was.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ class _Open:
     first: Match
     captures: dict[str, str]
     context: tuple[str, ...]
+    supersedes: frozenset[str]
+    window: int
+    opened_at: float
+    held: list[Fired]
 
 
 class SequenceTracker:
@@ -63,9 +71,11 @@ class SequenceTracker:
         patterns: PatternSet,
         matches: list[Match],
         context_of: dict[str, tuple[str, ...]],
+        now: float = 0.0,
     ) -> list[Fired]:
         """Advance state with the matches of one line (all from the same line)."""
         fired: list[Fired] = []
+        opened: list[_Open] = []
         by_sig: dict[str, dict[int, Match]] = {}
         for m in matches:
             by_sig.setdefault(m.signature, {})[m.step] = m
@@ -80,7 +90,7 @@ class SequenceTracker:
             if state is not None:
                 step = sig.steps[state.next_step]
                 if lineno - state.last_lineno > step.within_lines:
-                    del self._open[key]
+                    fired.extend(self._open.pop(key).held)
                     state = None
                 elif state.next_step in steps:
                     m = steps[state.next_step]
@@ -88,9 +98,11 @@ class SequenceTracker:
                     state.next_step += 1
                     state.last_lineno = lineno
                     if state.next_step == len(sig.steps):
-                        del self._open[key]
+                        del self._open[key]  # completed: what it held is superseded
                         fired.append(Fired(sig_id, state.first, m,
                                            tuple(state.captures.items()), state.context))
+                    else:
+                        state.window = sig.steps[state.next_step].within_lines
                     continue
             if 0 in steps:
                 first = steps[0]
@@ -98,8 +110,56 @@ class SequenceTracker:
                 if len(sig.steps) == 1:
                     fired.append(Fired(sig_id, first, first, first.captures, context))
                     continue
-                self._open[key] = _Open(1, lineno, first, dict(first.captures), context)
-                self._open.move_to_end(key)
+                previous = self._open.pop(key, None)
+                if previous is not None:
+                    fired.extend(previous.held)
+                state = _Open(1, lineno, first, dict(first.captures), context,
+                              sig.supersedes, sig.steps[1].within_lines, now, [])
+                self._open[key] = state
+                opened.append(state)
                 while len(self._open) > self._max_open:
-                    self._open.popitem(last=False)
+                    fired.extend(self._open.popitem(last=False)[1].held)
+        if opened:
+            fired = self._hold_superseded(fired, opened)
         return fired
+
+    @staticmethod
+    def _hold_superseded(fired: list[Fired], opened: list[_Open]) -> list[Fired]:
+        kept: list[Fired] = []
+        for f in fired:
+            holder = next((o for o in opened if f.signature in o.supersedes
+                           and o.first.line.rank == f.first.line.rank
+                           and f.last.line.offset == o.first.line.offset), None)
+            if holder is None:
+                kept.append(f)
+            else:
+                holder.held.append(f)
+        return kept
+
+    def expire(self, lineno: int, now: float, hold_seconds: float) -> list[Fired]:
+        """Release what open sequences hold once their line window or ``hold_seconds`` passed.
+
+        Called after each chunk and on idle streams, so a generic detection waits at most the
+        window of the specific signature that may supersede it.
+        """
+        released: list[Fired] = []
+        for key, state in list(self._open.items()):
+            if not state.held:
+                continue
+            if lineno - state.last_lineno > state.window:  # the sequence can no longer complete
+                released.extend(self._open.pop(key).held)
+            elif now - state.opened_at >= hold_seconds:  # waited long enough; keep the sequence
+                released.extend(state.held)
+                state.held.clear()
+        return released
+
+    def release_all(self) -> list[Fired]:
+        """End of input: every held detection is released."""
+        released = [f for o in self._open.values() for f in o.held]
+        for o in self._open.values():
+            o.held.clear()
+        return released
+
+    def held_offsets(self) -> tuple[int, ...]:
+        """Offsets of held detections: a checkpoint must not count them as emitted."""
+        return tuple(sorted({f.last.line.offset for o in self._open.values() for f in o.held}))

@@ -64,6 +64,7 @@ class CompiledSignature:
     supersedes: frozenset[str]
     caused_by: tuple[str, ...]
     collateral_window: float
+    collateral_severity: Severity | None
     incidents: tuple[str, ...]
     references: tuple[str, ...]
     falsepositives: tuple[str, ...]

@@ -101,6 +101,8 @@ def compile_signature(raw: SignatureFile, path: Path) -> CompiledSignature:
         supersedes=frozenset(raw.supersedes),
         caused_by=tuple(raw.collateral.caused_by) if raw.collateral else (),
         collateral_window=raw.collateral.within_seconds if raw.collateral else 0.0,
+        collateral_severity=(Severity.parse(raw.collateral.severity)
+                             if raw.collateral and raw.collateral.severity else None),
         incidents=tuple(raw.incidents),
         references=tuple(raw.references),
         falsepositives=tuple(raw.falsepositives),

@@ -70,6 +70,7 @@ class CollateralSpec(_Strict):
 
     caused_by: list[str] = Field(min_length=1)
     within_seconds: float = Field(default=300.0, gt=0)
+    severity: Literal["info", "warning", "error", "critical"] | None = None
 
 
 class ExampleSpec(_Strict):

@@ -45,6 +45,7 @@ class FileRecord:
     marker: str  # hex of up to 32 bytes ending at `emitted`
     closed: bool = False  # read to its end and let go (a tombstone: never "lost")
     size_seen: int = 0  # the file's size when we last looked: smaller at start = truncated
+    pending: tuple[int, ...] = ()  # offsets of detections held (not delivered) at the commit
 
 
 @dataclass(frozen=True, slots=True)

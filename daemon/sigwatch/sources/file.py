@@ -67,6 +67,7 @@ class Resume:
     lineno: int = 0
     emitted: int = -1
     marker: bytes = b""
+    pending: tuple[int, ...] = ()  # detections below `emitted` that were held, not delivered
 
 
 class FileStream:
@@ -82,6 +83,7 @@ class FileStream:
         self.offset = resume.offset          # next byte to read
         self.start_lineno = resume.lineno
         self.emitted = resume.emitted
+        self.pending = resume.pending
         self.framer = LineFramer(max_line_bytes, resume.offset)
         # The bytes ending at ``emitted`` that the checkpoint verified (kept while replaying
         # below it), the last bytes read (ending at ``offset``: a rewrite in place shows up
@@ -170,6 +172,7 @@ class FileStream:
         unread = self.framer.pending_bytes
         self.offset = 0
         self.emitted = -1
+        self.pending = ()
         self.marker = b""
         self.committed_marker = b""
         self.emitted_marker = b""
