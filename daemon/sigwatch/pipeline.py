@@ -199,7 +199,8 @@ class Pipeline:
             for match in matches:
                 sig = patterns.get(match.signature)
                 if match.step == 0 and sig is not None and sig.context_before:
-                    context_of[sig.id] = self._context(engine, state, data, start, sig)
+                    context_of[sig.id] = self._context(engine, state, data, start, sig,
+                                                       rank)
             fired = state.tracker.feed(patterns, matches, context_of, self.clock.monotonic())
             emitted.extend(self._emit_fired(engine, state, fired))
         return emitted
@@ -264,7 +265,12 @@ class Pipeline:
                                    severity=sig.collateral_severity or d.severity)
 
     def _context(self, engine: Engine, state: StreamState, data: bytes, start: int,
-                 sig: CompiledSignature) -> tuple[str, ...]:
+                 sig: CompiledSignature, rank: str | None) -> tuple[str, ...]:
+        """The ``before`` lines preceding the trigger, filtered by ``include``.
+
+        With interleaved ranks, lines of other ranks are left out: rank 0's crash is quoted
+        with rank 0's lines (and lines that carry no rank at all).
+        """
         wanted = sig.context_before
         raw_lines: list[bytes] = []
         pos = start
@@ -279,7 +285,9 @@ class Pipeline:
                 raw_lines.append(older)
         out: list[str] = []
         for raw in reversed(raw_lines):
-            for _rank, text in normalize(raw.decode("utf-8", "replace")):
+            for line_rank, text in normalize(raw.decode("utf-8", "replace")):
+                if rank is not None and line_rank is not None and line_rank != rank:
+                    continue
                 if sig.context_include and not any(
                         _safe_search(p, text, engine.matcher.timeout)
                         for p in sig.context_include):

@@ -274,3 +274,22 @@ class TestCollateralSeverity:
 
         assert ["error", "info"] == [d.severity.label for d in after_root]
         assert ["error"] == [d.severity.label for d in alone]
+
+
+def test_context_of_an_interleaved_log_quotes_the_detection_rank_only(
+        write_pattern: Callable) -> None:
+    """Rank 0's page fault is quoted with rank 0's primitives, not rank 1's."""
+    root = write_pattern("pf_x", """
+        id = "pf_x"
+        title = "Page Fault"
+        severity = "error"
+        [match]
+        regex = 'Unexpected page fault'
+        [context]
+        before = 4
+    """)
+
+    found = _run(root, "[rank0]: conv fwd\n[rank1]: matmul f16\n[rank0]: conv bwd\n"
+                       "host line without rank\n[rank0]: Unexpected page fault from GPU\n")
+
+    assert ("conv fwd", "conv bwd", "host line without rank") == found[0].context
