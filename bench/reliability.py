@@ -8,7 +8,6 @@ the event's timestamp. Exits non-zero if any silent loss or duplicate is seen.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -24,31 +23,22 @@ sys.path.insert(0, str(REPO / "daemon"))
 sys.path.insert(0, str(REPO / "tests" / "reliability"))
 
 import structlog  # noqa: E402
-from harness import duplicates, read_event_seqs, write_patterns  # noqa: E402
+from harness import (  # noqa: E402
+    duplicates,
+    read_event_seqs,
+    read_seq_events,
+    start_daemon_process,
+    write_patterns,
+)
 from scenarios import SCENARIOS, Result  # noqa: E402
 
 
-def _daemon(tmp: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(REPO / "daemon"))
-    cmd = [sys.executable, "-m", "sigwatch", "run", "--watch", str(tmp / "logs" / "*.log"),
-           "--events", str(tmp / "events.jsonl"), "--state-dir", str(tmp / "state"),
-           "--listen", "127.0.0.1:0", "--patterns", str(tmp / "patterns"),
-           "--start-at", "beginning", "--no-console"]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp / "daemon.log", "ab"))  # noqa: SIM115
-
-
 def _event_times(path: Path) -> dict[int, float]:
+    """When each seq's event was written (its ``time``), first occurrence."""
     out: dict[int, float] = {}
-    for line in path.read_bytes().splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        seq = doc.get("captures", {}).get("seq")
-        if seq is not None:
-            stamp = datetime.fromisoformat(doc["time"].replace("Z", "+00:00")).timestamp()
-            out.setdefault(int(seq), stamp)
+    for seq, doc in read_seq_events(path):
+        stamp = datetime.fromisoformat(doc["time"].replace("Z", "+00:00")).timestamp()
+        out.setdefault(seq, stamp)
     return out
 
 
@@ -59,7 +49,7 @@ def process_scenario(name: str, *, kills: int, rotate_every: int, lines: int) ->
     write_patterns(tmp)
     path = tmp / "logs" / "app.log"
     rng = random.Random(7)
-    daemon = _daemon(tmp)
+    daemon = start_daemon_process(tmp)
     deadline = time.monotonic() + 20
     while b"tail_starting" not in (tmp / "daemon.log").read_bytes():
         if time.monotonic() > deadline:
@@ -81,7 +71,7 @@ def process_scenario(name: str, *, kills: int, rotate_every: int, lines: int) ->
             next_kill.pop(0)
             daemon.send_signal(signal.SIGKILL)
             daemon.wait()
-            daemon = _daemon(tmp)
+            daemon = start_daemon_process(tmp)
         time.sleep(0.004)
     fh.close()
     deadline = time.monotonic() + 60

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +27,8 @@ from sigwatch.sources.checkpoint import CheckpointStore
 from sigwatch.sources.discovery import SourceSpec
 from sigwatch.tailing import TailOptions, TailService
 from sigwatch.telemetry.metrics import SelfMetrics
+
+REPO = Path(__file__).resolve().parents[2]
 
 SEQ_SIGNATURE = """\
 id = "test_error_seq"
@@ -62,13 +66,15 @@ def error_line(seq: int, pad: int = 0) -> bytes:
     return f"ERROR seq={seq} {'x' * pad}\n".encode()
 
 
-def read_event_seqs(path: Path) -> list[int]:
-    """Every ``seq`` capture in an event log, in order (a torn last record is ignored)."""
-    out: list[int] = []
+def read_seq_events(path: Path) -> Iterator[tuple[int, dict]]:
+    """``(seq, event)`` for every event with a ``seq`` capture, in order.
+
+    A torn last record (the daemon was killed mid-write) is ignored.
+    """
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return out
+        return
     for line in raw.splitlines():
         try:
             doc = json.loads(line)
@@ -76,8 +82,23 @@ def read_event_seqs(path: Path) -> list[int]:
             continue
         seq = doc.get("captures", {}).get("seq")
         if seq is not None:
-            out.append(int(seq))
-    return out
+            yield int(seq), doc
+
+
+def read_event_seqs(path: Path) -> list[int]:
+    """Every ``seq`` capture in an event log, in order."""
+    return [seq for seq, _doc in read_seq_events(path)]
+
+
+def start_daemon_process(tmp: Path) -> subprocess.Popen[bytes]:
+    """The real ``sigwatch run`` on tmp/logs/*.log with tmp/patterns; stderr to daemon.log."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "daemon"))
+    cmd = [sys.executable, "-m", "sigwatch", "run", "--watch", str(tmp / "logs" / "*.log"),
+           "--events", str(tmp / "events.jsonl"), "--state-dir", str(tmp / "state"),
+           "--listen", "127.0.0.1:0", "--patterns", str(tmp / "patterns"),
+           "--start-at", "beginning", "--no-console"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(tmp / "daemon.log", "ab"))  # noqa: SIM115
 
 
 def duplicates(seqs: Iterable[int]) -> dict[int, int]:

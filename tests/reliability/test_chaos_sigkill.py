@@ -13,20 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import duplicates, read_event_seqs, write_patterns
+from harness import duplicates, read_event_seqs, start_daemon_process, write_patterns
 
-REPO = Path(__file__).resolve().parents[2]
 KILLS = 30
-
-
-def _daemon(tmp: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(REPO / "daemon"))
-    cmd = [sys.executable, "-m", "sigwatch", "run", "--watch", str(tmp / "logs" / "*.log"),
-           "--events", str(tmp / "events.jsonl"), "--state-dir", str(tmp / "state"),
-           "--listen", "127.0.0.1:0", "--patterns", str(tmp / "patterns"),
-           "--start-at", "beginning", "--no-console"]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp / "daemon.log", "ab"))  # noqa: SIM115
 
 
 @pytest.mark.integration
@@ -41,7 +30,7 @@ def test_sigkill_chaos_exactly_once(tmp_path: Path) -> None:
                               stdout=subprocess.PIPE)
     kills = 0
     started = time.monotonic()
-    daemon = _daemon(tmp_path)
+    daemon = start_daemon_process(tmp_path)
     try:
         while kills < KILLS:
             try:  # a random run time; also notices a daemon that died on its own
@@ -54,7 +43,7 @@ def test_sigkill_chaos_exactly_once(tmp_path: Path) -> None:
             kills += 1
             log = tmp_path / "daemon.log"
             listening_before = log.read_bytes().count(b"metrics_listening")
-            daemon = _daemon(tmp_path)
+            daemon = start_daemon_process(tmp_path)
         assert writer.wait(timeout=120) == 0
         events = tmp_path / "events.jsonl"
         deadline = time.monotonic() + 60

@@ -23,6 +23,16 @@ severity = "error"
 regex = 'real error'
 """
 
+PAGE_FAULT = """
+id = "pf_x"
+title = "Page Fault"
+severity = "error"
+[match]
+regex = 'Unexpected page fault'
+[context]
+before = 4
+"""
+
 TWO_STEP = """
 id = "segv_gethandle"
 title = "Segfault In GetHandle"
@@ -134,16 +144,7 @@ class TestCorrelation:
 
     def test_context_quotes_only_included_lines_before(self, write_pattern: Callable) -> None:
         """Context lines are the ones the signature asks for, in order."""
-        root = write_pattern("pf_x", """
-            id = "pf_x"
-            title = "Page Fault"
-            severity = "error"
-            [match]
-            regex = 'Unexpected page fault'
-            [context]
-            before = 4
-            include = ['onednn_verbose']
-        """)
+        root = write_pattern("pf_x", PAGE_FAULT + "include = ['onednn_verbose']\n")
 
         found = _run(root, "onednn_verbose,exec,matmul\nnoise\nonednn_verbose,exec,conv\n"
                            "Unexpected page fault from GPU at 0x1\n")
@@ -279,15 +280,7 @@ class TestCollateralSeverity:
 def test_context_of_an_interleaved_log_quotes_the_detection_rank_only(
         write_pattern: Callable) -> None:
     """Rank 0's page fault is quoted with rank 0's primitives, not rank 1's."""
-    root = write_pattern("pf_x", """
-        id = "pf_x"
-        title = "Page Fault"
-        severity = "error"
-        [match]
-        regex = 'Unexpected page fault'
-        [context]
-        before = 4
-    """)
+    root = write_pattern("pf_x", PAGE_FAULT)
 
     found = _run(root, "[rank0]: conv fwd\n[rank1]: matmul f16\n[rank0]: conv bwd\n"
                        "host line without rank\n[rank0]: Unexpected page fault from GPU\n")
