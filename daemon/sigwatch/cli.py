@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Literal, TextIO
 
 from sigwatch import __version__
 from sigwatch.errors import InputError, PatternError, SigwatchError
@@ -175,11 +175,11 @@ def _patterns(args: argparse.Namespace, out: TextIO) -> int:
         out.write(render_catalogue(patterns))
         return EXIT_OK
     results = run_examples(patterns)
-    failed = [r for r in results if not r.passed]
-    for r in failed:
+    failures = [r for r in results if not r.passed]
+    for r in failures:
         print(f"FAIL {r.describe()}", file=out)
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed", file=out)
-    return EXIT_FOUND if failed else EXIT_OK
+    print(f"{len(results) - len(failures)} passed, {len(failures)} failed", file=out)
+    return EXIT_FOUND if failures else EXIT_OK
 
 
 def _check_config(path: Path, out: TextIO) -> int:
@@ -203,7 +203,7 @@ def _run(args: argparse.Namespace) -> int:
         overrides["console"] = False
     config = load_config(args.config, **overrides)
     if args.watch:
-        start_at = args.start_at or "end"
+        start_at: Literal["end", "beginning"] = args.start_at or "end"
         config = config.model_copy(update={"sources": [
             SourceConfig(name="files", paths=list(args.watch), start_at=start_at)]})
     elif args.start_at:

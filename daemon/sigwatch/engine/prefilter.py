@@ -168,8 +168,8 @@ class _PythonScan:
             firsts = {key[0]}
             if ci and chr(key[0]).isalpha():
                 firsts = {key[0] | 0x20, key[0] & 0xDF}
-            for f in firsts:
-                self.by_first[f].append(n)
+            for first_byte in firsts:
+                self.by_first[first_byte].append(n)
         self.trie = re.compile(_trie_regex(keys)) if keys else None
 
     def scan(self, data: bytes, start: int, end: int, out: dict[int, set[StepRef]],

@@ -18,7 +18,7 @@ from sigwatch.patterns.compiled import (
     PatternSet,
     derive_keywords,
 )
-from sigwatch.patterns.schema import SignatureFile, StepSpec
+from sigwatch.patterns.schema import MatchSpec, SignatureFile, StepSpec
 
 __all__ = ["builtin_pattern_dir", "compile_signature", "find_pattern_files", "load_patterns"]
 
@@ -64,10 +64,10 @@ def _compile_regex(text: str, file: str, field: str) -> regex.Pattern[str]:
         raise PatternError(file, field, f"{exc.msg}{pos}") from None
 
 
-def _compile_step(spec: StepSpec | object, file: str, field: str) -> CompiledStep:
-    regex_text: str = spec.regex  # type: ignore[attr-defined]
-    keywords: list[str] | None = spec.keywords  # type: ignore[attr-defined]
-    within: int = getattr(spec, "within_lines", 0)
+def _compile_step(spec: StepSpec | MatchSpec, file: str, field: str) -> CompiledStep:
+    regex_text = spec.regex
+    keywords = spec.keywords
+    within = spec.within_lines if isinstance(spec, StepSpec) else 0
     pattern = _compile_regex(regex_text, file, f"{field}.regex")
     if keywords is not None:
         bad = [k for k in keywords if not k]
