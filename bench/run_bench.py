@@ -337,10 +337,15 @@ class Daemon:
                 self.proc.wait()
 
 
+def _empty_folder(path: Path) -> Path:
+    """A fresh, empty folder for one measurement's watched logs."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
 def measure_latency(work: Path, p40: Path, probes: int) -> dict:
-    logs = work / "lat_logs"
-    shutil.rmtree(logs, ignore_errors=True)
-    logs.mkdir(parents=True)
+    logs = _empty_folder(work / "lat_logs")
     target = logs / "train.log"
     target.write_bytes(b"start\n")
     d = Daemon(work, str(logs / "*.log"), p40, "daemon_latency")
@@ -395,9 +400,7 @@ def measure_latency(work: Path, p40: Path, probes: int) -> dict:
 
 
 def measure_idle(work: Path, p40: Path, files: int, seconds: float) -> dict:
-    logs = work / "idle_logs"
-    shutil.rmtree(logs, ignore_errors=True)
-    logs.mkdir(parents=True)
+    logs = _empty_folder(work / "idle_logs")
     for k in range(files):
         (logs / f"rank{k:05d}.log").write_bytes(b"step 1 loss 2.0\n" * 3)
     d = Daemon(work, str(logs / "*.log"), p40, "daemon_idle")
@@ -418,9 +421,7 @@ def measure_idle(work: Path, p40: Path, files: int, seconds: float) -> dict:
 
 
 def measure_memory_stream(work: Path, p40: Path, corpus: Path, total: int) -> dict:
-    logs = work / "stream_logs"
-    shutil.rmtree(logs, ignore_errors=True)
-    logs.mkdir(parents=True)
+    logs = _empty_folder(work / "stream_logs")
     target = logs / "big.log"
     target.write_bytes(b"")
     d = Daemon(work, str(logs / "*.log"), p40, "daemon_stream")
@@ -463,9 +464,7 @@ def measure_memory_stream(work: Path, p40: Path, corpus: Path, total: int) -> di
 
 
 def measure_many_files(work: Path, p40: Path, files: int) -> dict:
-    logs = work / "many_logs"
-    shutil.rmtree(logs, ignore_errors=True)
-    logs.mkdir(parents=True)
+    logs = _empty_folder(work / "many_logs")
     for k in range(files):
         (logs / f"job{k:05d}.log").write_bytes(b"step 1 loss 2.0\n" * 5)
     d = Daemon(work, str(logs / "*.log"), p40, "daemon_many")
