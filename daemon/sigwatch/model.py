@@ -63,6 +63,7 @@ class LogLine:
     lineno: int
     text: str
     rank: str | None = None
+    time: float | None = None  # the log's own timestamp when the line carries one
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +125,9 @@ class Detection:
     source: str
     path: str
     stream_key: str
-    line: int
-    offset: int
-    text: str
+    line: int | None
+    offset: int | None
+    text: str | None
     time: float
     remediation: Remediation
     context: tuple[str, ...] = ()
@@ -136,12 +137,24 @@ class Detection:
     root_cause: RootCause | None = None
     host: str = ""
     first_offset: int = field(default=-1)
+    about: str = ""  # what a detection without a triggering line is about ("no progress ...")
+    key: str = ""  # idempotency basis for a line-less detection (e.g. the deadline it fired at)
+    facts: tuple[tuple[str, str], ...] = ()  # figures a detector measured (before/after, ...)
 
     @property
     def event_id(self) -> str:
-        """Stable idempotency key: the same line in the same file always gives the same id."""
-        raw = f"{self.stream_key}\0{self.offset}\0{self.signature}".encode()
+        """Stable idempotency key: the same line in the same file always gives the same id.
+
+        A line-less detection (a stall, a regression) is identified by its ``key`` instead.
+        """
+        where = self.offset if self.offset is not None else f"~{self.key}"
+        raw = f"{self.stream_key}\0{where}\0{self.signature}".encode()
         return hashlib.sha256(raw).hexdigest()[:24]
+
+    @property
+    def has_line(self) -> bool:
+        """False for a detection that no single line triggered (stall, regression, burst)."""
+        return self.offset is not None
 
     def to_json(self) -> dict[str, Any]:
         stamp = datetime.fromtimestamp(self.time, tz=UTC).isoformat(timespec="milliseconds")
@@ -165,4 +178,6 @@ class Detection:
             "remediation": self.remediation.to_json(),
             "root_cause": self.root_cause.to_json() if self.root_cause else None,
             "host": self.host,
+            "about": self.about or None,
+            "facts": dict(self.facts),
         }

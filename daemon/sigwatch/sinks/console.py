@@ -37,5 +37,8 @@ class ConsoleSink:
     def flush(self) -> None:
         self._stream.flush()
 
+    def tick(self, now: float) -> None:
+        _ = now
+
     def close(self) -> None:
         self.flush()

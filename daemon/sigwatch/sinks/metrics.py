@@ -25,5 +25,8 @@ class MetricsSink:
     def flush(self) -> None:
         return None
 
+    def tick(self, now: float) -> None:
+        _ = now
+
     def close(self) -> None:
         return None
