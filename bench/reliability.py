@@ -1,6 +1,6 @@
 """Reliability table: every checklist scenario, lines written / matched / lost / duplicated.
 
-Run with ``make reliability``. In-process scenarios drive the real ``TailService`` with a fake
+Run with ``make reliability``. In-process scenarios drive the real runtime with a fake
 clock (latency there is in poll passes x 1 s poll interval); the ``*_process`` rows run the real
 ``sigwatch run`` process with the real clock and measure detection latency from the write to
 the event's timestamp. Exits non-zero if any silent loss or duplicate is seen.

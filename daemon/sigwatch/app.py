@@ -1,18 +1,21 @@
 """The composition root: builds every component from a validated ``Config`` and runs the pump.
 
-Only this module (and ``cli``) reads the config object. Threads: the main thread pumps; the
-watchdog observer only sets the wake event; prometheus_client serves /metrics. SIGTERM and
-SIGINT stop after a final commit; SIGHUP reloads the patterns (a broken set keeps the old one).
+Only this module (and ``cli``) reads the config object; ``build_pipeline`` and
+``build_runtime`` are the one place where sources, the pipeline, detectors and sinks are put
+together, for the daemon, ``scan``, the test harness and the bench alike. Threads: the main
+thread pumps; the watchdog observer only sets the wake event; each queued sink has a worker;
+the HTTP server answers on its own threads. SIGTERM and SIGINT stop after a final commit; SIGHUP
+reloads the patterns (a broken set keeps the old one).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -23,20 +26,26 @@ from prometheus_client import CollectorRegistry
 from sigwatch import __version__
 from sigwatch.clock import Clock, SystemClock
 from sigwatch.config import Config
+from sigwatch.detectors.base import Detector
 from sigwatch.errors import PatternError, SigwatchError
+from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 from sigwatch.pipeline import Engine, Pipeline
+from sigwatch.runtime.checkpoint import CheckpointStore
+from sigwatch.runtime.pump import Runtime
 from sigwatch.sinks.base import Sink
 from sigwatch.sinks.console import ConsoleSink
 from sigwatch.sinks.eventlog import EventLogSink
 from sigwatch.sinks.metrics import MetricsSink
-from sigwatch.sources.checkpoint import CheckpointStore
+from sigwatch.sinks.queued import QueuedSink
+from sigwatch.sources.base import Source
 from sigwatch.sources.discovery import ChangeHints, SourceSpec, watch_roots
-from sigwatch.tailing import TailOptions, TailService
+from sigwatch.sources.files import FileSource, TailOptions
 from sigwatch.telemetry.logging import configure_logging
 from sigwatch.telemetry.metrics import SelfMetrics
 
-__all__ = ["Daemon", "build_daemon", "run_daemon", "sd_notify"]
+__all__ = ["Daemon", "build_daemon", "build_pipeline", "build_runtime", "run_daemon",
+           "sd_notify"]
 
 # Seconds between full polls of every file while inotify hints are live.
 INOTIFY_SAFETY_POLL = 3.0
@@ -65,7 +74,7 @@ class _PatternLoadError(SigwatchError):
 
 
 def _engine_loader(dirs: list[Path], timeout: float, metrics: SelfMetrics,
-                   sources: list[str]):  # noqa: ANN202 - returns Callable[[], Engine]
+                   sources: list[str]) -> Callable[[], Engine]:
     def load() -> Engine:
         patterns, errors = load_patterns(dirs)
         if errors:
@@ -77,25 +86,52 @@ def _engine_loader(dirs: list[Path], timeout: float, metrics: SelfMetrics,
     return load
 
 
-class Daemon:
-    """A built daemon: the tail service plus HTTP, hints and the stop/wake events."""
+def build_pipeline(patterns: PatternSet | Engine, sinks: Sequence[Sink], *, clock: Clock,
+                   metrics: SelfMetrics | None = None, host: str = "",
+                   detectors: Sequence[Detector] = (),
+                   regex_timeout: float | None = None) -> Pipeline:
+    """The processing core every entry point uses: engine, detectors, root cause, sinks."""
+    if isinstance(patterns, Engine):
+        engine = patterns
+    else:
+        on_timeout = ((lambda sig: metrics.regex_timeouts.labels(sig).inc())
+                      if metrics is not None else None)
+        engine = Engine(patterns, regex_timeout=regex_timeout or 0.05, on_timeout=on_timeout)
+    return Pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
+                    detectors=detectors)
 
-    def __init__(self, service: TailService, hints: ChangeHints | None,
+
+def build_runtime(*, sources: Sequence[Source], pipeline: Pipeline, clock: Clock,
+                  state_dir: Path | None, eventlog: EventLogSink | None,
+                  metrics: SelfMetrics | None, checkpoint_interval: float = 1.0,
+                  engine_loader: Callable[[], Engine] | None = None,
+                  fsync: bool = True) -> Runtime:
+    """Sources, pipeline and the commit cycle (nothing starts yet)."""
+    store = CheckpointStore(state_dir, fsync=fsync) if state_dir is not None else None
+    return Runtime(sources=sources, pipeline=pipeline, clock=clock, store=store,
+                   eventlog=eventlog, metrics=metrics, checkpoint_interval=checkpoint_interval,
+                   engine_loader=engine_loader)
+
+
+class Daemon:
+    """A built daemon: the runtime plus HTTP, hints and the stop/wake events."""
+
+    def __init__(self, runtime: Runtime, hints: ChangeHints | None,
                  roots: list[tuple[str, bool]], registry: CollectorRegistry,
-                 listen: str | None, metrics: SelfMetrics) -> None:
-        self.service = service
+                 listen: str | None, metrics: SelfMetrics, wake: threading.Event,
+                 queued: Sequence[QueuedSink] = ()) -> None:
+        self.runtime = runtime
         self.hints = hints
         self.roots = roots
         self.registry = registry
         self.listen = listen
         self.metrics = metrics
-        self.wake = threading.Event()
+        self.wake = wake
+        self.queued = list(queued)
         self.stopping = threading.Event()
         self.ready = threading.Event()
         self.http_port: int | None = None
         self._server: object | None = None
-        if hints is not None:
-            hints._wake = self.wake  # noqa: SLF001 - the daemon owns the wake event
 
     def serve_metrics(self) -> None:
         if not self.listen:
@@ -112,7 +148,7 @@ class Daemon:
         self.wake.set()
 
     def request_reload(self) -> None:
-        self.service.reload_requested.set()
+        self.runtime.reload_requested.set()
         self.wake.set()
 
     def run(self) -> None:
@@ -123,28 +159,33 @@ class Daemon:
             if mode == "inotify":
                 # inotify reports appends, truncations and renames as they happen; the full
                 # poll of every file is then a safety net only, run less often (idle CPU).
-                opts = self.service.options
-                self.service.options = dataclasses.replace(
-                    opts, poll_interval=max(opts.poll_interval, INOTIFY_SAFETY_POLL))
+                for source in self.runtime.sources:
+                    if isinstance(source, FileSource):
+                        opts = source.options
+                        source.options = TailOptions(**{
+                            **{f: getattr(opts, f) for f in opts.__dataclass_fields__},
+                            "poll_interval": max(opts.poll_interval, INOTIFY_SAFETY_POLL)})
             self.metrics.watch_mode.labels(mode).set(1)
             log.info("watching", mode=mode, roots=[r for r, _ in self.roots])
-        self.service.start()
+        self.runtime.start()
         sd_notify("READY=1")
         self.ready.set()
         try:
             while not self.stopping.is_set():
-                progressed = self.service.run_once()
+                progressed = self.runtime.run_once()
                 sd_notify("WATCHDOG=1")
+                for sink in self.queued:
+                    self.metrics.sink_queue_depth.labels(sink.name).set(sink.depth())
                 if progressed:
                     continue
-                self.wake.wait(timeout=min(self.service.next_wakeup(), 1.0) or 0.05)
+                self.wake.wait(timeout=min(self.runtime.next_wakeup(), 1.0) or 0.05)
                 self.wake.clear()
         finally:
             sd_notify("STOPPING=1")
             if self.hints is not None:
                 self.hints.stop()
-            self.service.stop()
-            self.service.pipeline.close()
+            self.runtime.stop()
+            self.runtime.pipeline.close()
             if self._server is not None:
                 self._server.shutdown()  # type: ignore[attr-defined]
             log.info("stopped")
@@ -165,13 +206,25 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     metrics.patterns_loaded.set(len(engine.patterns))
     metrics.reload_success.set(1)
     metrics.reload_timestamp.set(clock.time())
+
+    def dropped(name: str, count: int) -> None:
+        metrics.sink_dropped.labels(name).inc(count)
+
+    def failed(name: str, _exc: BaseException) -> None:
+        metrics.sink_errors.labels(name).inc()
+
     sinks: list[Sink] = [MetricsSink(metrics)]
+    queued: list[QueuedSink] = []
     eventlog = EventLogSink(config.events) if config.events else None
     if eventlog is not None:
-        sinks.append(eventlog)
+        sinks.append(eventlog)  # the commit log: written on the pump thread
     if config.console:
-        sinks.append(ConsoleSink(sys.stdout))
-    pipeline = Pipeline(engine, sinks, clock=clock, metrics=metrics, host=socket.gethostname())
+        queued.append(QueuedSink(ConsoleSink(sys.stdout), clock=clock, on_error=failed,
+                                 on_drop=dropped))
+    sinks.extend(queued)
+    metrics.declare_sinks(s.name for s in sinks)
+    pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics,
+                              host=socket.gethostname())
     specs = [SourceSpec(s.name, tuple(s.paths), tuple(s.exclude), s.start_at)
              for s in config.sources]
     wake = threading.Event()
@@ -180,14 +233,16 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
         poll_interval=config.poll_interval, rescan_interval=config.rescan_interval,
         checkpoint_interval=config.checkpoint_interval, read_budget=config.read_budget_bytes,
         max_line_bytes=config.max_line_bytes, max_files=config.max_files)
-    service = TailService(
-        sources=specs, pipeline=pipeline, clock=clock, options=options,
-        store=CheckpointStore(config.state_dir), eventlog=eventlog, metrics=metrics,
-        hints=hints, engine_loader=loader)
+    files = FileSource(sources=specs, clock=clock, options=options, metrics=metrics,
+                       hints=hints)
+    runtime = build_runtime(sources=[files], pipeline=pipeline, clock=clock,
+                            state_dir=config.state_dir, eventlog=eventlog, metrics=metrics,
+                            checkpoint_interval=config.checkpoint_interval,
+                            engine_loader=loader)
     roots = watch_roots([p for s in config.sources for p in s.paths])
     if not config.inotify:
         metrics.watch_mode.labels("polling").set(1)
-    return Daemon(service, hints, roots, registry, config.listen, metrics)
+    return Daemon(runtime, hints, roots, registry, config.listen, metrics, wake, queued)
 
 
 def raise_fd_limit() -> None:

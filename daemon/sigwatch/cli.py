@@ -112,14 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _scan(args: argparse.Namespace, out: TextIO) -> int:
     from sigwatch.clock import SystemClock  # noqa: PLC0415
     from sigwatch.model import Severity, StreamInfo  # noqa: PLC0415
-    from sigwatch.pipeline import Engine, Pipeline  # noqa: PLC0415
+    from sigwatch.app import build_pipeline  # noqa: PLC0415
     from sigwatch.scanning import scan_stream  # noqa: PLC0415
     from sigwatch.sinks.base import CollectingSink  # noqa: PLC0415
     from sigwatch.sinks.console import format_detection  # noqa: PLC0415
 
     patterns = _load_patterns(args.patterns)
     sink = CollectingSink()
-    pipeline = Pipeline(Engine(patterns), [sink], clock=SystemClock())
+    pipeline = build_pipeline(patterns, [sink], clock=SystemClock())
     floor = Severity.parse(args.min_severity)
     found = 0
     for name in args.files:

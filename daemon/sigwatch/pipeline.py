@@ -1,30 +1,36 @@
-"""The pump's core: segments of lines in, detections out to every sink.
+"""The processing core: stream events in, detections out to every sink.
 
-Used unchanged by ``sigwatch scan``, the daemon and the self-test, so all three run the same
-engine. Work per chunk is: count the lines, let the prefilter jump from candidate to candidate,
-and run Python code only on those lines.
+Used unchanged by ``sigwatch scan``, the daemon's runtime, the self-test and the bench, so all
+of them run the same engine. Work per chunk is: count the lines, let the signature prefilter and
+each detector's ``interest`` pattern jump from candidate to candidate, and run Python code only
+on those lines. Each stream is known by a handle; a detection of a line below the stream's
+replay point was delivered before a restart and is not delivered again.
 """
 
 from __future__ import annotations
 
 import codecs
-import dataclasses
+
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 import structlog
 
 from sigwatch.clock import Clock
-from sigwatch.detectors.sequence import Fired, SequenceTracker
+from sigwatch.detectors.base import Detector, LineEvent, StreamContext
+from sigwatch.detectors.rootcause import RootCauseCorrelator
+from sigwatch.detectors.signatures import HOLD_SECONDS, SignatureDetector
 from sigwatch.engine.matcher import DEFAULT_REGEX_TIMEOUT, Matcher
 from sigwatch.framing.lines import Segment
 from sigwatch.framing.normalize import normalize
-from sigwatch.model import Detection, LogLine, RootCause, StreamInfo
-from sigwatch.patterns.compiled import CompiledSignature, PatternSet
+from sigwatch.model import Detection, LogLine, Match, StreamInfo
+from sigwatch.patterns.compiled import PatternSet
 from sigwatch.sinks.base import Sink
+from sigwatch.sources.base import ReplayNeed, StreamClosed, StreamEvent, StreamLines, StreamOpened
 from sigwatch.telemetry.metrics import SelfMetrics
 
-__all__ = ["Engine", "Pipeline", "StreamState"]
+__all__ = ["HOLD_SECONDS", "Engine", "Pipeline"]
 
 log = structlog.get_logger("sigwatch.pipeline")
 
@@ -44,6 +50,7 @@ class Engine:
         (every regex on every line: the reference the others are tested against). Default:
         ``$SIGWATCH_PREFILTER`` or "auto"."""
         self.patterns = patterns
+        self.regex_timeout = regex_timeout
         self.matcher = Matcher(patterns, timeout=regex_timeout,
                                on_timeout=on_timeout or (lambda _sig: None),
                                prefilter=prefilter)
@@ -51,32 +58,49 @@ class Engine:
         self.max_context = max((s.context_before for s in patterns.signatures), default=0)
 
 
-HOLD_SECONDS = 5.0
-"""How long a generic detection waits for a specific multi-step signature that may supersede it."""
+@dataclass(slots=True)
+class _Stream:
+    """What the pipeline keeps per stream handle."""
+
+    ctx: StreamContext
+    lineno: int
+    replay_below: int
+    pending: frozenset[int]
+    tail: deque[bytes] = field(default_factory=lambda: deque(maxlen=1))
 
 
-class StreamState:
-    """Per-stream state the pipeline keeps: line count, open sequences, recent lines.
+class _Recent:
+    """``RecentLines`` over the current chunk and the stream's tail."""
 
-    After a restart, detections below ``suppress_below`` were already delivered and are not
-    emitted again, except those at ``pending`` offsets: they were held when the checkpoint was
-    written, so they were never delivered.
-    """
+    __slots__ = ("_data", "_start", "_tail")
 
-    def __init__(self, stream: StreamInfo, *, lineno: int = 0, suppress_below: int = -1,
-                 pending: Iterable[int] = ()) -> None:
-        self.stream = stream
-        self.lineno = lineno
-        self.suppress_below = suppress_below
-        self.pending = frozenset(pending)
-        self.tracker = SequenceTracker()
-        self.tail: deque[bytes] = deque(maxlen=1)
-        self.generation = -1
+    def __init__(self, data: bytes, start: int, tail: deque[bytes]) -> None:
+        self._data, self._start, self._tail = data, start, tail
 
+    def before(self, count: int, rank: str | None = None) -> list[str]:
+        data = self._data
+        raw_lines: list[bytes] = []
+        pos = self._start
+        while len(raw_lines) < count and pos > 0:
+            prev = data.rfind(b"\n", 0, pos - 1) + 1
+            raw_lines.append(data[prev:pos - 1])
+            pos = prev
+        if len(raw_lines) < count:
+            for older in reversed(self._tail):
+                if len(raw_lines) >= count:
+                    break
+                raw_lines.append(older)
+        out: list[str] = []
+        for raw in reversed(raw_lines):
+            for line_rank, text in normalize(raw.decode("utf-8", "replace")):
+                if rank is not None and line_rank is not None and line_rank != rank:
+                    continue
+                out.append(text)
+        return out
 
 
 class Pipeline:
-    """Framing output → normalise → match → sequence → correlate → sinks."""
+    """Stream events → framing checks → match → detectors → root cause → sinks."""
 
     def __init__(
         self,
@@ -86,66 +110,155 @@ class Pipeline:
         clock: Clock,
         metrics: SelfMetrics | None = None,
         host: str = "",
+        detectors: Sequence[Detector] = (),
     ) -> None:
         self.engine = engine
         self.sinks = list(sinks)
         self.clock = clock
         self.metrics = metrics
         self.host = host
-        self.generation = 0
-        self._recent: dict[tuple[str, str], Detection] = {}
+        self.signatures = SignatureDetector(
+            engine.patterns, clock=clock, host=host, regex_timeout=engine.regex_timeout,
+            lineno_of=self._lineno_of)
+        self.detectors: list[Detector] = [self.signatures, *detectors]
+        self.extra: list[Detector] = list(detectors)
+        self._interests = [(i, d.interest) for i, d in enumerate(self.detectors)
+                           if d.interest is not None]
+        self.correlator = RootCauseCorrelator(engine.patterns)
+        self._streams: dict[int, _Stream] = {}
+        self._next_handle = -1  # scans allocate negative handles; sources use positive ones
+        self.delivered = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def swap(self, engine: Engine) -> None:
-        """Use a new pattern set from the next line on; open sequences are dropped."""
+    def swap(self, engine: Engine) -> list[Detection]:
+        """Use a new pattern set from the next line on.
+
+        Open sequences whose signature still exists are kept; what the others held is
+        released. Returns what was delivered.
+        """
         self.engine = engine
-        self.generation += 1
+        self.correlator.swap(engine.patterns)
+        released = self.signatures.swap(engine.patterns)
+        self.signatures.regex_timeout = engine.regex_timeout
+        width = max(engine.max_context, 1)
+        for stream in self._streams.values():
+            if stream.tail.maxlen != width:
+                stream.tail = deque(stream.tail, maxlen=width)
+        return self._deliver_all(released)
 
     def flush(self) -> None:
         """Make every sink durable (before a checkpoint)."""
         for sink in self.sinks:
             try:
                 sink.flush()
-            except OSError as exc:
+            except Exception as exc:  # noqa: BLE001 - a sink must never stop the pump
                 self._sink_failed(sink, exc)
 
     def close(self) -> None:
         for sink in self.sinks:
             try:
                 sink.close()
-            except OSError as exc:
+            except Exception as exc:  # noqa: BLE001
                 self._sink_failed(sink, exc)
 
-    # -- processing --------------------------------------------------------------------------
+    # -- stream events -------------------------------------------------------------------------
 
-    def process(self, state: StreamState, segments: Iterable[Segment]) -> list[Detection]:
-        """Run whole-line segments of one stream through the engine; returns what was emitted."""
-        engine = self.engine
-        if state.generation != self.generation:
-            state.tracker.clear()
-            state.generation = self.generation
-            if state.tail.maxlen != max(engine.max_context, 1):
-                state.tail = deque(state.tail, maxlen=max(engine.max_context, 1))
-        emitted: list[Detection] = []
+    def handle_event(self, event: StreamEvent) -> list[Detection]:
+        """One source event; returns what was delivered."""
+        if isinstance(event, StreamLines):
+            return self.process(event.handle, event.segments)
+        if isinstance(event, StreamOpened):
+            self.open(event)
+            return []
+        if isinstance(event, StreamClosed):
+            return self.finish(event.handle, clean=event.clean)
+        return []
+
+    def new_handle(self) -> int:
+        handle = self._next_handle
+        self._next_handle -= 1
+        return handle
+
+    def open(self, event: StreamOpened) -> None:
+        ctx = StreamContext(event.handle, event.info, event.kind)
+        self._streams[event.handle] = _Stream(
+            ctx, event.lineno, event.replay_below, frozenset(event.pending),
+            deque(maxlen=max(self.engine.max_context, 1)))
+        for detector in self.detectors:
+            detector.on_open(ctx)
+
+    def process(self, handle: int, segments: Iterable[Segment]) -> list[Detection]:
+        """Run whole-line segments of one stream through the engine and the detectors."""
+        stream = self._streams[handle]
+        out: list[Detection] = []
         for seg in segments:
-            emitted.extend(self._segment(engine, state, seg))
-        emitted.extend(self.tick(state))
-        return emitted
+            out.extend(self._segment(stream, seg))
+        out.extend(self._deliver(stream, self.signatures.after_chunk(handle)))
+        return out
 
-    def tick(self, state: StreamState) -> list[Detection]:
-        """Release held detections whose line window or hold time has passed."""
-        released = state.tracker.expire(state.lineno, self.clock.monotonic(), HOLD_SECONDS)
-        return self._emit_fired(self.engine, state, released)
+    def finish(self, handle: int, *, clean: bool = True) -> list[Detection]:
+        """The stream ended: every detector releases what it held for it."""
+        stream = self._streams.pop(handle, None)
+        if stream is None:
+            return []
+        out: list[Detection] = []
+        for detector in self.detectors:
+            out.extend(self._deliver(stream, detector.on_close(stream.ctx, clean=clean)))
+        return out
 
-    def finish(self, state: StreamState) -> list[Detection]:
-        """The stream ended (end of a scan, a file let go): release everything held."""
-        return self._emit_fired(self.engine, state, state.tracker.release_all())
+    def tick(self) -> list[Detection]:
+        """Run every detector whose deadline has passed."""
+        now = self.clock.monotonic()
+        out: list[Detection] = []
+        for detector in self.detectors:
+            deadline = detector.next_deadline()
+            if deadline is not None and deadline <= now:
+                out.extend(self._deliver_all(detector.tick(now)))
+        return out
 
-    def _segment(self, engine: Engine, state: StreamState, seg: Segment) -> list[Detection]:
+    def next_deadline(self) -> float | None:
+        deadlines = [d for det in self.detectors if (d := det.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
+
+    def need(self, handle: int) -> ReplayNeed:
+        """What the detectors still need of a stream (for the source's snapshot)."""
+        stream = self._streams.get(handle)
+        if stream is None:
+            return ReplayNeed()
+        floors = [f for det in self.detectors if (f := det.replay_floor(handle)) is not None]
+        floor = min(floors) if floors else None
+        held: set[int] = set()
+        for det in self.detectors:
+            held.update(det.held(handle))
+        return ReplayNeed(position=floor[0] if floor else None,
+                          lineno=floor[1] if floor else None,
+                          held=tuple(sorted(held)), lineno_at_end=stream.lineno)
+
+    def snapshot(self) -> dict[str, object]:
+        """Detector state that replay cannot rebuild, by detector name."""
+        out: dict[str, object] = {}
+        for det in self.detectors:
+            state = det.snapshot()
+            if state is not None:
+                out[det.name] = state
+        return out
+
+    def restore(self, states: dict[str, object]) -> None:
+        for det in self.detectors:
+            if det.name in states:
+                det.restore(states[det.name])
+
+    def _lineno_of(self, handle: int) -> int:
+        stream = self._streams.get(handle)
+        return stream.lineno if stream is not None else 0
+
+    # -- lines ---------------------------------------------------------------------------------
+
+    def _segment(self, stream: _Stream, seg: Segment) -> list[Detection]:
         data = seg.data
         count = data.count(b"\n")
-        source = state.stream.source
+        source = stream.ctx.info.source
         m = self.metrics
         if m is not None:
             m.lines.labels(source).inc(count)
@@ -157,155 +270,122 @@ class Pipeline:
                 bad = _invalid_utf8_lines(data)
                 if bad:
                     m.invalid_utf8.labels(source).inc(bad)
-        emitted: list[Detection] = []
+        engine = self.engine
         prefilter = engine.prefilter
-        base_lineno = state.lineno
+        base_lineno = stream.lineno
+        out: list[Detection] = []
+        wanted = self._wanted(data) if self._interests else None
         if prefilter.filters_everything:
+            candidates: Iterable[tuple[int, int, Sequence[tuple[int, int]]]]
+            candidates = prefilter.candidates(data)
+            if wanted:
+                candidates = _merge(candidates, wanted)
             counted_to, lineno = 0, base_lineno
-            for start, end, steps in prefilter.candidates(data):
+            for start, end, steps in candidates:
                 lineno += data.count(b"\n", counted_to, start) + 1
                 counted_to = end + 1
-                emitted.extend(
-                    self._line(engine, state, data, seg.offset, start, end, lineno, steps))
+                out.extend(self._line(stream, data, seg.offset, start, end, lineno, steps,
+                                      wanted.get(start) if wanted else None))
         else:
-            candidates = {start: steps for start, _end, steps in prefilter.candidates(data)}
+            hits = {start: steps for start, _end, steps in prefilter.candidates(data)}
             forced = frozenset(prefilter.forced)
             start, lineno = 0, base_lineno
             while start < len(data):
                 end = data.find(b"\n", start)
                 lineno += 1
-                extra = candidates.get(start)
+                extra = hits.get(start)
                 steps = tuple(sorted(forced.union(extra))) if extra else prefilter.forced
-                emitted.extend(
-                    self._line(engine, state, data, seg.offset, start, end, lineno, steps))
+                out.extend(self._line(stream, data, seg.offset, start, end, lineno, steps,
+                                      wanted.get(start) if wanted else None))
                 start = end + 1
-        state.lineno = base_lineno + count
+        stream.lineno = base_lineno + count
         if engine.max_context:
-            _remember_tail(state.tail, data, engine.max_context)
-        return emitted
-
-    def _line(self, engine: Engine, state: StreamState, data: bytes, base: int,
-              start: int, end: int, lineno: int,
-              steps: Sequence[tuple[int, int]]) -> list[Detection]:
-        raw = data[start:end].decode("utf-8", "replace")
-        emitted: list[Detection] = []
-        for rank, text in normalize(raw):
-            line = LogLine(state.stream, base + start, lineno, text, rank)
-            matches = engine.matcher.match(line, steps)
-            if not matches:
-                continue
-            patterns = engine.patterns
-            context_of: dict[str, tuple[str, ...]] = {}
-            for match in matches:
-                sig = patterns.get(match.signature)
-                if match.step == 0 and sig is not None and sig.context_before:
-                    context_of[sig.id] = self._context(engine, state, data, start, sig,
-                                                       rank)
-            fired = state.tracker.feed(patterns, matches, context_of, self.clock.monotonic())
-            emitted.extend(self._emit_fired(engine, state, fired))
-        return emitted
-
-    def _emit_fired(self, engine: Engine, state: StreamState,
-                    fired: list[Fired]) -> list[Detection]:
-        if not fired:
-            return []
-        patterns = engine.patterns
-        ids = {f.signature for f in fired}
-        superseded: set[str] = set()
-        for sig_id in ids:
-            sig = patterns.get(sig_id)
-            if sig is not None:
-                superseded |= sig.supersedes & (ids - {sig_id})
-        now = self.clock.time()
-        out: list[Detection] = []
-        for f in fired:
-            sig = patterns.get(f.signature)
-            if sig is None or f.signature in superseded:
-                continue
-            detection = self._detection(sig, state, f, now)
-            source = state.stream.source
-            detection = self._with_root_cause(sig, detection, now)
-            self._recent[(source, sig.id)] = detection
-            if detection.offset < state.suppress_below and detection.offset not in state.pending:
-                continue  # emitted before a crash; the replay only rebuilds state
-            for sink in self.sinks:
-                try:
-                    sink.emit(detection)
-                except OSError as exc:
-                    self._sink_failed(sink, exc)
-            out.append(detection)
+            _remember_tail(stream.tail, data, engine.max_context)
         return out
 
-    def _detection(self, sig: CompiledSignature, state: StreamState, f: Fired,
-                   now: float) -> Detection:
-        line = f.last.line
-        return Detection(
-            signature=sig.id, title=sig.title, severity=sig.severity, status=sig.status,
-            source=state.stream.source, path=state.stream.path, stream_key=state.stream.key,
-            line=line.lineno, offset=line.offset, text=line.text, time=now,
-            remediation=sig.remediation, context=f.context, rank=line.rank,
-            captures=f.captures, labels=sig.labels, host=self.host,
-            first_offset=f.first.line.offset,
-        )
+    def _wanted(self, data: bytes) -> dict[int, tuple[int, set[int]]]:
+        """Line start -> (line end, indexes of detectors whose interest selects the line)."""
+        wanted: dict[int, tuple[int, set[int]]] = {}
+        for index, pattern in self._interests:
+            assert pattern is not None
+            pos = 0
+            for hit in pattern.finditer(data):
+                at = hit.start()
+                if at < pos:
+                    continue
+                start = data.rfind(b"\n", 0, at) + 1
+                end = data.find(b"\n", at)
+                if end == -1:
+                    end = len(data) - 1
+                entry = wanted.get(start)
+                if entry is None:
+                    wanted[start] = (end, {index})
+                else:
+                    entry[1].add(index)
+                pos = end + 1
+        return wanted
 
-    def _with_root_cause(self, sig: CompiledSignature, d: Detection, now: float) -> Detection:
-        if not sig.caused_by:
-            return d
-        best: Detection | None = None
-        for cause in sig.caused_by:
-            prior = self._recent.get((d.source, cause))
-            if prior is None or now - prior.time > sig.collateral_window:
+    def _line(self, stream: _Stream, data: bytes, base: int, start: int, end: int,
+              lineno: int, steps: Sequence[tuple[int, int]],
+              interested: tuple[int, set[int]] | None) -> list[Detection]:
+        raw = data[start:end].decode("utf-8", "replace")
+        out: list[Detection] = []
+        engine = self.engine
+        recent = _Recent(data, start, stream.tail)
+        for rank, text in normalize(raw):
+            line = LogLine(stream.ctx.info, base + start, lineno, text, rank)
+            matches: tuple[Match, ...] = tuple(engine.matcher.match(line, steps)) if steps else ()
+            if not matches and interested is None:
                 continue
-            if best is None or prior.time >= best.time:
-                best = prior
-        if best is None:
-            return d
-        root = RootCause(best.signature, best.title, best.text, best.path, best.offset)
-        return dataclasses.replace(d, root_cause=root,
-                                   severity=sig.collateral_severity or d.severity)
+            event = LineEvent(stream.ctx, line, matches, recent,
+                              replaying=line.offset < stream.replay_below)
+            for index, detector in enumerate(self.detectors):
+                if matches or (interested is not None and index in interested[1]):
+                    out.extend(self._deliver(stream, detector.on_line(event)))
+        return out
 
-    def _context(self, engine: Engine, state: StreamState, data: bytes, start: int,
-                 sig: CompiledSignature, rank: str | None) -> tuple[str, ...]:
-        """The ``before`` lines preceding the trigger, filtered by ``include``.
+    # -- delivery ------------------------------------------------------------------------------
 
-        With interleaved ranks, lines of other ranks are left out: rank 0's crash is quoted
-        with rank 0's lines (and lines that carry no rank at all).
-        """
-        wanted = sig.context_before
-        raw_lines: list[bytes] = []
-        pos = start
-        while len(raw_lines) < wanted and pos > 0:
-            prev = data.rfind(b"\n", 0, pos - 1) + 1
-            raw_lines.append(data[prev:pos - 1])
-            pos = prev
-        if len(raw_lines) < wanted:
-            for older in reversed(state.tail):
-                if len(raw_lines) >= wanted:
-                    break
-                raw_lines.append(older)
-        out: list[str] = []
-        for raw in reversed(raw_lines):
-            for line_rank, text in normalize(raw.decode("utf-8", "replace")):
-                if rank is not None and line_rank is not None and line_rank != rank:
-                    continue
-                if sig.context_include and not any(
-                        _safe_search(p, text, engine.matcher.timeout)
-                        for p in sig.context_include):
-                    continue
-                out.append(text)
-        return tuple(out)
+    def _deliver_all(self, detections: Iterable[Detection]) -> list[Detection]:
+        out: list[Detection] = []
+        for d in detections:
+            stream = next((s for s in self._streams.values()
+                           if s.ctx.info.key == d.stream_key), None)
+            out.extend(self._deliver(stream, (d,)))
+        return out
 
-    def _sink_failed(self, sink: Sink, exc: OSError) -> None:
+    def _deliver(self, stream: _Stream | None,
+                 detections: Iterable[Detection]) -> list[Detection]:
+        out: list[Detection] = []
+        for d in detections:
+            d = self.correlator.refine(d)
+            if (stream is not None and d.offset is not None and d.offset < stream.replay_below
+                    and d.offset not in stream.pending):
+                continue  # delivered before a crash; the replay only rebuilds state
+            for sink in self.sinks:
+                try:
+                    sink.emit(d)
+                except Exception as exc:  # noqa: BLE001 - a sink must never stop the pump
+                    self._sink_failed(sink, exc)
+            out.append(d)
+        self.delivered += len(out)
+        return out
+
+    def _sink_failed(self, sink: Sink, exc: BaseException) -> None:
         if self.metrics is not None:
             self.metrics.sink_errors.labels(sink.name).inc()
         log.error("sink_write_failed", sink=sink.name, error=str(exc))
 
 
-def _safe_search(pattern: object, text: str, timeout: float) -> bool:
-    try:
-        return pattern.search(text, timeout=timeout) is not None  # type: ignore[attr-defined]
-    except TimeoutError:
-        return False
+def _merge(candidates: Iterable[tuple[int, int, Sequence[tuple[int, int]]]],
+           wanted: dict[int, tuple[int, set[int]]],
+           ) -> list[tuple[int, int, Sequence[tuple[int, int]]]]:
+    """Signature candidates plus the lines detectors asked for, in line order."""
+    merged: dict[int, tuple[int, Sequence[tuple[int, int]]]] = {
+        start: (end, ()) for start, (end, _who) in wanted.items()}
+    for start, end, steps in candidates:
+        merged[start] = (end, steps)
+    return [(start, end, steps) for start, (end, steps) in sorted(merged.items())]
 
 
 def _remember_tail(tail: deque[bytes], data: bytes, count: int) -> None:
@@ -335,3 +415,5 @@ def _invalid_utf8_lines(data: bytes) -> int:
             pos = nl + 1
         else:
             return bad
+
+

@@ -7,7 +7,8 @@ from typing import BinaryIO
 
 from sigwatch.framing.lines import DEFAULT_MAX_LINE_BYTES, LineFramer, Segment
 from sigwatch.model import Detection, StreamInfo
-from sigwatch.pipeline import Pipeline, StreamState
+from sigwatch.pipeline import Pipeline
+from sigwatch.sources.base import StreamOpened
 
 __all__ = ["READ_SIZE", "scan_bytes", "scan_stream"]
 
@@ -24,21 +25,25 @@ def _segments(reader: BinaryIO, framer: LineFramer) -> Iterator[list[Segment]]:
 
 
 def scan_stream(pipeline: Pipeline, stream: StreamInfo, reader: BinaryIO,
-                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[Detection]:
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, kind: str = "file",
+                ) -> list[Detection]:
     """Read ``reader`` to its end, including a last line without newline."""
-    state = StreamState(stream)
+    handle = pipeline.new_handle()
+    pipeline.open(StreamOpened(handle, stream, kind=kind))
     framer = LineFramer(max_line_bytes)
     found: list[Detection] = []
     for segments in _segments(reader, framer):
-        found.extend(pipeline.process(state, segments))
-    found.extend(pipeline.finish(state))
+        found.extend(pipeline.process(handle, segments))
+    found.extend(pipeline.finish(handle))
     return found
 
 
 def scan_bytes(pipeline: Pipeline, stream: StreamInfo, data: bytes,
-               max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[Detection]:
+               max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, kind: str = "file",
+               ) -> list[Detection]:
     """Same as ``scan_stream`` for bytes already in memory."""
-    state = StreamState(stream)
+    handle = pipeline.new_handle()
+    pipeline.open(StreamOpened(handle, stream, kind=kind))
     framer = LineFramer(max_line_bytes)
-    found = pipeline.process(state, framer.feed(data) + framer.finish())
-    return found + pipeline.finish(state)
+    found = pipeline.process(handle, framer.feed(data) + framer.finish())
+    return found + pipeline.finish(handle)

@@ -1,4 +1,4 @@
-"""Fixtures for the reliability suite: a harness around the real ``TailService``."""
+"""Fixtures for the reliability suite: a harness around the real runtime."""
 
 from __future__ import annotations
 

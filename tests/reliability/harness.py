@@ -1,4 +1,4 @@
-"""Drive the real ``TailService`` step by step, and count what reached the event log.
+"""Drive the real runtime (file source, pipeline, commit) step by step, and count what reached the event log.
 
 Used by the scenario tests, the model-based test and ``bench/reliability.py``. Lines that a
 signature matches look like ``ERROR seq=<n>``; every detection in the event log carries the
@@ -20,12 +20,13 @@ from prometheus_client import CollectorRegistry
 
 from sigwatch.clock import FakeClock
 from sigwatch.patterns.loader import load_patterns
-from sigwatch.pipeline import Engine, Pipeline
+from sigwatch.app import build_pipeline, build_runtime
+from sigwatch.pipeline import Engine
+from sigwatch.runtime.pump import Runtime
 from sigwatch.sinks.eventlog import EventLogSink
 from sigwatch.sinks.metrics import MetricsSink
-from sigwatch.sources.checkpoint import CheckpointStore
 from sigwatch.sources.discovery import SourceSpec
-from sigwatch.tailing import TailOptions, TailService
+from sigwatch.sources.files import FileSource, TailOptions
 from sigwatch.telemetry.metrics import SelfMetrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,7 +126,7 @@ class Harness:
         self.regex_timeout = regex_timeout
         self.fsync = fsync
         self.clock = FakeClock()
-        self.service: TailService | None = None
+        self.service: Runtime | None = None
         self.registry: CollectorRegistry | None = None
         self.metrics: SelfMetrics | None = None
         self.eventlog: EventLogSink | None = None
@@ -134,7 +135,7 @@ class Harness:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def start(self) -> TailService:
+    def start(self) -> Runtime:
         assert self.service is None, "already running"
         patterns, errors = load_patterns([self.patterns])
         assert not errors, errors
@@ -145,13 +146,15 @@ class Harness:
         engine = Engine(patterns, regex_timeout=self.regex_timeout,
                         on_timeout=lambda sig: metrics.regex_timeouts.labels(sig).inc())
         self.eventlog = EventLogSink(self.events, fsync=self.fsync)
-        pipeline = Pipeline(engine, [MetricsSink(metrics), self.eventlog], clock=self.clock,
-                            metrics=metrics, host="test")
-        self.service = TailService(
-            sources=[SourceSpec("files", self.globs, (), self.start_at)], pipeline=pipeline,
-            clock=self.clock, options=self.options,
-            store=CheckpointStore(self.state, fsync=self.fsync), eventlog=self.eventlog,
-            metrics=metrics)
+        pipeline = build_pipeline(engine, [MetricsSink(metrics), self.eventlog],
+                                  clock=self.clock, metrics=metrics, host="test")
+        self.files = FileSource(
+            sources=[SourceSpec("files", self.globs, (), self.start_at)], clock=self.clock,
+            options=self.options, metrics=metrics)
+        self.service = build_runtime(
+            sources=[self.files], pipeline=pipeline, clock=self.clock, state_dir=self.state,
+            eventlog=self.eventlog, metrics=metrics,
+            checkpoint_interval=self.options.checkpoint_interval, fsync=self.fsync)
         self.incarnations += 1
         self.service.start()
         return self.service
@@ -166,7 +169,7 @@ class Harness:
     def crash(self) -> None:
         """SIGKILL between two pump passes: nothing more is committed or flushed."""
         assert self.service is not None
-        for tailer in self.service.tailers.values():
+        for tailer in self.files.tailers.values():
             for stream in tailer.streams():
                 stream.close()
         if self.eventlog is not None:
@@ -179,7 +182,7 @@ class Harness:
             fh.close()
         self._bank()
 
-    def restart(self, *, crash: bool = False) -> TailService:
+    def restart(self, *, crash: bool = False) -> Runtime:
         self.crash() if crash else self.stop()
         return self.start()
 

@@ -1,6 +1,6 @@
 """The reliability checklist (research/anchors-tailing-reliability.md §7.2) as runnable scenarios.
 
-Each scenario drives the real ``TailService`` through a ``Harness`` (fake clock) and returns a
+Each scenario drives the real runtime through a ``Harness`` (fake clock) and returns a
 ``Result``: lines written, lines detected, lost lines split into counted (the daemon reported a
 loss: ``sigwatch_data_loss_events_total`` rose) and silent, duplicates, and the detection
 latency in pump passes converted to seconds of poll interval. The tests assert on the result;
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from harness import Harness, Writer, duplicates, error_line
 
-from sigwatch.sources.checkpoint import CheckpointStore
-from sigwatch.tailing import TailOptions
+from sigwatch.runtime.checkpoint import CheckpointStore
+from sigwatch.sources.files import TailOptions
 
 
 @dataclass
@@ -248,7 +248,7 @@ def delete_while_open(root: Path) -> Result:
     w.lines(3000)
     os.unlink(h.logs / "app.log")
     h.settle()
-    held = sum(len(t.streams()) for t in h.service.tailers.values()) if h.service else 0
+    held = sum(len(t.streams()) for t in h.files.tailers.values()) if h.service else 0
     assert held == 0, "deleted file still held after rotate_wait"
     return _result("delete_while_open", h, w.written)
 

@@ -1,4 +1,4 @@
-"""Model-based test of the real ``TailService`` (after Vector's file_watcher interpreter).
+"""Model-based test of the real runtime (after Vector's file_watcher interpreter).
 
 Hypothesis drives random sequences of write / partial write / rotate / truncate / delete /
 recreate / atomic replace / restart / crash / down-and-up against a real folder and the real

@@ -25,7 +25,8 @@ from sigwatch.engine.prefilter import hyperscan_available
 from sigwatch.framing.lines import LineFramer
 from sigwatch.model import StreamInfo
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
-from sigwatch.pipeline import Engine, Pipeline, StreamState
+from sigwatch.pipeline import Engine, Pipeline
+from sigwatch.sources.base import StreamOpened
 from sigwatch.sinks.base import CollectingSink
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -162,15 +163,16 @@ def _detect(patterns, data: bytes, backend: str, seed: int = 3) -> list[tuple]:
     sink = CollectingSink()
     engine = Engine(patterns, prefilter=backend)
     pipeline = Pipeline(engine, [sink], clock=FakeClock())
-    state = StreamState(StreamInfo("src", "f.log", "k"))
+    handle = pipeline.new_handle()
+    pipeline.open(StreamOpened(handle, StreamInfo("src", "f.log", "k")))
     framer = LineFramer()
     rng = random.Random(seed)
     pos = 0
     while pos < len(data):
         step = rng.choice([1, 7, 300, 4096, 65_536, 1 << 20])
-        pipeline.process(state, framer.feed(data[pos:pos + step]))
+        pipeline.process(handle, framer.feed(data[pos:pos + step]))
         pos += step
-    pipeline.process(state, framer.finish())
+    pipeline.process(handle, framer.finish())
     return [(d.signature, d.line, d.offset, d.first_offset, d.rank, d.text, d.captures,
              d.context, d.root_cause) for d in sink.detections]
 

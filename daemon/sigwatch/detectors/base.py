@@ -22,7 +22,7 @@ from typing import Protocol
 
 from sigwatch.model import Detection, LogLine, Match, StreamInfo
 
-__all__ = ["Detector", "LineEvent", "StreamContext"]
+__all__ = ["Detector", "LineEvent", "RecentLines", "StreamContext"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +37,11 @@ class StreamContext:
 class RecentLines(Protocol):
     """Lines just before the current one (from the chunk and the stream's tail)."""
 
-    def before(self, count: int) -> list[str]:
-        """Up to ``count`` normalised lines preceding the current line, oldest first."""
+    def before(self, count: int, rank: str | None = None) -> list[str]:
+        """The ``count`` raw lines preceding the current one, normalised, oldest first.
+
+        With ``rank``, parts that carry another rank are left out (interleaved launchers).
+        """
         ...
 
 

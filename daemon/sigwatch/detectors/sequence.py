@@ -52,9 +52,25 @@ class SequenceTracker:
         self._open: OrderedDict[tuple[str, str | None], _Open] = OrderedDict()
         self._max_open = max_open
 
-    def clear(self) -> None:
-        """Drop every open sequence (the pattern set changed)."""
-        self._open.clear()
+    def retain(self, patterns: PatternSet) -> list[Fired]:
+        """The pattern set changed: keep open sequences whose signature still exists with the
+        same number of steps; release what the others held (returned for delivery)."""
+        released: list[Fired] = []
+        for key, state in list(self._open.items()):
+            sig = patterns.get(key[0])
+            if sig is None or len(sig.steps) <= state.next_step:
+                released.extend(self._open.pop(key).held)
+            else:
+                state.supersedes = sig.supersedes
+        return released
+
+    def earliest_hold(self) -> float | None:
+        """Monotonic time the oldest held detection started waiting (None: nothing held)."""
+        times = [o.opened_at for o in self._open.values() if o.held]
+        return min(times) if times else None
+
+    def is_empty(self) -> bool:
+        return not self._open
 
     def earliest_open(self) -> tuple[int, int] | None:
         """(offset, line number) of the oldest line that started a still-open sequence.

@@ -25,6 +25,7 @@ from sigwatch.model import StreamInfo
 __all__ = [
     "HEAD_BYTES",
     "Draining",
+    "FileRecord",
     "Resume",
     "FileStream",
     "FileTailer",
@@ -46,6 +47,29 @@ def head_fingerprint(head: bytes) -> tuple[int, str] | None:
     else:
         return None
     return len(cut), hashlib.sha256(cut).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    """Where to resume one file, and how to recognise it again.
+
+    ``offset`` is where reading resumes (the start of the oldest open multi-step sequence, or
+    the end of the last whole line); detections below ``emitted`` were already delivered.
+    """
+
+    source: str
+    path: str
+    dev: int
+    ino: int
+    head_len: int
+    head_hash: str
+    offset: int
+    emitted: int
+    lineno: int
+    marker: str  # hex of up to 32 bytes ending at `emitted`
+    closed: bool = False  # read to its end and let go (a tombstone: never "lost")
+    size_seen: int = 0  # the file's size when we last looked: smaller at start = truncated
+    pending: tuple[int, ...] = ()  # offsets of detections held (not delivered) at the commit
 
 
 class TailObserver(Protocol):

@@ -102,6 +102,13 @@ class SelfMetrics:
         self.sink_errors = Counter(
             "sigwatch_sink_errors", "Errors writing detections to a sink.", ["sink"],
             registry=r)
+        self.sink_dropped = Counter(
+            "sigwatch_sink_dropped",
+            "Detections a sink had to drop (its queue was full, or it could not be closed in "
+            "time).", ["sink"], registry=r)
+        self.sink_queue_depth = Gauge(
+            "sigwatch_sink_queue_depth", "Detections waiting in a sink's queue.", ["sink"],
+            registry=r)
         self.build_info = Info(
             "sigwatch_build", "sigwatch version.", registry=r)
         self.build_info.info({"version": version})
@@ -116,6 +123,13 @@ class SelfMetrics:
             for source in source_list:
                 self.detections.labels(sig, severity, source)
                 self.last_detection.labels(sig, source)
+
+    def declare_sinks(self, sinks: Iterable[str]) -> None:
+        """Create the per-sink series at zero."""
+        for sink in sinks:
+            self.sink_errors.labels(sink)
+            self.sink_dropped.labels(sink)
+            self.sink_queue_depth.labels(sink)
 
     def declare_sources(self, sources: Iterable[str]) -> None:
         """Create the per-source input series at zero."""

@@ -1,8 +1,12 @@
-"""``CheckpointStore``: offsets per file identity plus the event log's committed size.
+"""``CheckpointStore``: every source's position, detector state and the event log's size.
 
-Written atomically (tmp file, fsync, rename, fsync of the folder) with a CRC inside the record.
-The previous generation is kept. Loading tries the current file, then a complete tmp file, then
-the previous generation; what was used is reported so start-up can say what it did.
+One record, committed atomically (tmp file, fsync, rename, fsync of the folder) with a CRC
+inside. The previous generation is kept. Loading tries the current file, then a complete tmp
+file, then the previous generation; what was used is reported so start-up can say what it did.
+
+Format v2 maps each source's stable name to its opaque position blob and each stateful
+detector's name to its snapshot. A v1 checkpoint (file records only) is migrated on load: its
+records become the blob of the file source, so nothing is re-read and nothing skipped.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,43 +22,24 @@ import structlog
 
 from sigwatch.sinks.eventlog import EventLogCommit
 
-__all__ = ["Checkpoint", "CheckpointStore", "FileRecord", "LoadResult"]
+__all__ = ["FILE_SOURCE_KEY", "Checkpoint", "CheckpointStore", "LoadResult"]
 
 log = structlog.get_logger("sigwatch.checkpoint")
 
-VERSION = 1
-
-
-@dataclass(frozen=True, slots=True)
-class FileRecord:
-    """Where to resume one file, and how to recognise it again.
-
-    ``offset`` is where reading resumes (the start of the oldest open multi-step sequence, or
-    the end of the last whole line); detections below ``emitted`` were already delivered.
-    """
-
-    source: str
-    path: str
-    dev: int
-    ino: int
-    head_len: int
-    head_hash: str
-    offset: int
-    emitted: int
-    lineno: int
-    marker: str  # hex of up to 32 bytes ending at `emitted`
-    closed: bool = False  # read to its end and let go (a tombstone: never "lost")
-    size_seen: int = 0  # the file's size when we last looked: smaller at start = truncated
-    pending: tuple[int, ...] = ()  # offsets of detections held (not delivered) at the commit
+VERSION = 2
+FILE_SOURCE_KEY = "files"
+"""The key of the file source's blob (and where a v1 checkpoint's records go)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """Everything committed at one point in time."""
 
-    files: tuple[FileRecord, ...]
+    sources: dict[str, object]
     event_log: EventLogCommit | None
     saved_at: float = 0.0  # wall time of the commit: files modified later were written after it
+    detectors: dict[str, object] = field(default_factory=dict)
+    migrated_from: int = 0  # 1 when this was read from a v1 file
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,32 +54,46 @@ class LoadResult:
     problems: tuple[str, ...] = ()
 
 
+def _canonical(body: dict[str, Any]) -> str:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
 def _encode(cp: Checkpoint) -> bytes:
     body = {
-        "files": [asdict(f) for f in cp.files],
-        "event_log": asdict(cp.event_log) if cp.event_log else None,
+        "sources": cp.sources,
+        "detectors": cp.detectors,
+        "event_log": (
+            {"dev": cp.event_log.dev, "ino": cp.event_log.ino, "size": cp.event_log.size}
+            if cp.event_log else None),
         "saved_at": cp.saved_at,
     }
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    crc = zlib.crc32(text.encode())
+    crc = zlib.crc32(_canonical(body).encode())
     return json.dumps({"version": VERSION, "crc": crc, "body": body},
                       sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
 
 def _decode(raw: bytes) -> Checkpoint:
     doc = json.loads(raw.decode("utf-8"))
-    if not isinstance(doc, dict) or doc.get("version") != VERSION:
-        msg = f"unsupported version {doc.get('version') if isinstance(doc, dict) else None!r}"
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if version not in (1, VERSION):
+        msg = f"unsupported version {version!r}"
         raise ValueError(msg)
     body: dict[str, Any] = doc["body"]
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    if zlib.crc32(text.encode()) != doc["crc"]:
+    if zlib.crc32(_canonical(body).encode()) != doc["crc"]:
         msg = "checksum mismatch"
         raise ValueError(msg)
-    files = tuple(FileRecord(**f) for f in body["files"])
     ev = body.get("event_log")
-    return Checkpoint(files, EventLogCommit(**ev) if ev else None,
-                      float(body.get("saved_at", 0.0)))
+    event_log = EventLogCommit(**ev) if ev else None
+    saved_at = float(body.get("saved_at", 0.0))
+    if version == 1:
+        blob = {"files": list(body["files"]), "saved_at": saved_at}
+        return Checkpoint({FILE_SOURCE_KEY: blob}, event_log, saved_at, migrated_from=1)
+    sources = body["sources"]
+    detectors = body.get("detectors") or {}
+    if not isinstance(sources, dict) or not isinstance(detectors, dict):
+        msg = "sources and detectors must be objects"
+        raise TypeError(msg)
+    return Checkpoint(sources, event_log, saved_at, detectors)
 
 
 class CheckpointStore:

@@ -1,9 +1,10 @@
-"""``TailService``: every watched file, read fairly, fed through the pipeline, checkpointed.
+"""``FileSource``: every file the globs match, read fairly, as one ``Source`` of the runtime.
 
-This is the daemon's pump minus process concerns (signals, HTTP, systemd), so tests can drive
-it step by step with ``run_once``. Exactly-once: offsets and the event log's size are committed
-together; after a crash the event log is cut back to the committed size and the lines after the
-committed offsets are read again, which writes the same events again.
+Identity, rotation, truncation, orphans and unseen rotations live here; the runtime owns the
+detectors, the sinks and the commit. Exactly-once: the runtime commits this source's snapshot
+(one record per known file) together with the event log's size; after a crash the event log is
+cut back and the lines after the committed offsets are read again, which writes the same events
+again. Each file stream gets a handle; a truncation closes the handle and opens a new one.
 """
 
 from __future__ import annotations
@@ -13,23 +14,26 @@ import hashlib
 import json
 import os
 import stat as stat_mod
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import structlog
 
 from sigwatch.clock import Clock
-from sigwatch.pipeline import Engine, Pipeline, StreamState
-from sigwatch.sinks.eventlog import EventLogSink
-from sigwatch.sources.checkpoint import Checkpoint, CheckpointStore, FileRecord
-
-MAX_TOMBSTONES = 4096
-COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
+from sigwatch.framing.lines import Segment
+from sigwatch.sources.base import (
+    JSONValue,
+    ReplayNeed,
+    StreamClosed,
+    StreamEvent,
+    StreamLines,
+    StreamOpened,
+)
 from sigwatch.sources.discovery import ChangeHints, SourceSpec, expand_sources
 from sigwatch.sources.file import (
     Draining,
+    FileRecord,
     FileStream,
     FileTailer,
     Resume,
@@ -38,9 +42,12 @@ from sigwatch.sources.file import (
 )
 from sigwatch.telemetry.metrics import SelfMetrics
 
-__all__ = ["TailOptions", "TailService"]
+__all__ = ["FileSource", "TailOptions"]
 
 log = structlog.get_logger("sigwatch.tail")
+
+MAX_TOMBSTONES = 4096
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,34 +108,36 @@ def _hash_head(fd: int, length: int) -> str:
     return hashlib.sha256(os.pread(fd, length, 0)).hexdigest()[:16]
 
 
-class TailService:
-    """Owns the tailers, their stream states, the checkpoint and the commit cycle."""
+class FileSource:
+    """Owns the tailers and what is known of every file; yields their lines as stream events.
+
+    ``name`` is the key of this source's snapshot in the checkpoint; each stream's
+    ``info.source`` is the configured source name its glob belongs to (the metric label).
+    """
+
+    kind = "file"
 
     def __init__(
         self,
         *,
         sources: list[SourceSpec],
-        pipeline: Pipeline,
         clock: Clock,
         options: TailOptions,
-        store: CheckpointStore | None,
-        eventlog: EventLogSink | None = None,
         metrics: SelfMetrics | None = None,
         hints: ChangeHints | None = None,
-        engine_loader: Callable[[], Engine] | None = None,
+        name: str = "files",
     ) -> None:
+        self.name = name
         self.sources = sources
-        self.pipeline = pipeline
         self.clock = clock
         self.options = options
-        self.store = store
-        self.eventlog = eventlog
         self.metrics = metrics
         self.hints = hints
-        self.engine_loader = engine_loader
         self.observer = _Observer(metrics)
         self.tailers: dict[str, FileTailer] = {}
-        self._states: dict[int, tuple[StreamState, int]] = {}
+        # id(stream) -> [handle, truncations, lines handed out]
+        self._handles: dict[int, list[int]] = {}
+        self._next_handle = 1
         self._records: dict[tuple[int, int], FileRecord] = {}
         self._recovered_emitted: dict[str, int] = {}
         self._first_start = False
@@ -136,69 +145,44 @@ class TailService:
         self._start_at = {s.name: s.start_at for s in sources}
         self._next_poll = 0.0
         self._next_rescan = 0.0
-        self._next_commit = 0.0
-        self._dirty_commit = False
-        self._checkpoint_failing = False
         self._behind: list[FileTailer] = []  # read a full budget last pass: more is waiting
         self._last_records: dict[int, tuple[tuple[object, ...], FileRecord]] = {}
         self._last_rescan_wall = 0.0
-        self.reload_requested = threading.Event()
-        self.start_mode = "none"
+        self._saved_at = 0.0
+        self._followed: list[FileRecord] = []
 
     # -- start-up -------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Load the checkpoint, roll the event log back to it, open every file."""
-        cp: Checkpoint | None = None
-        if self.store is not None:
-            result = self.store.load()
-            cp, self.start_mode = result.checkpoint, result.mode
-            for problem in result.problems:
-                log.error("checkpoint_unusable", problem=problem)
-            if result.mode in ("tmp", "previous", "corrupt") and self.metrics:
-                self.metrics.checkpoint_recoveries.labels(result.mode).inc()
-        self._first_start = cp is None and self.start_mode == "none"
-        self._recovering = self.start_mode == "corrupt"
-        if self.eventlog is not None and cp is not None:
-            removed = self.eventlog.roll_back_to(cp.event_log)
-            if removed and self.metrics:
-                self.metrics.events_rolled_back.inc(removed)
+    def recover(self, emitted_by_stream: dict[str, int]) -> None:
+        """The checkpoint was lost: read every file from byte 0, but do not deliver again
+        what the event log shows was delivered (highest detection offset per stream key)."""
+        self._recovering = True
+        self._recovered_emitted = dict(emitted_by_stream)
+
+    def start(self, saved: JSONValue | None, *, first_start: bool) -> None:
+        """Take the records of the last commit; files are opened by the first ``poll``."""
+        self._first_start = first_start and not self._recovering
+        records = decode_records(saved)
+        self._saved_at = saved.get("saved_at", 0.0) if isinstance(saved, dict) else 0.0
+        self._records = {(r.dev, r.ino): r for r in records}
+        self._followed = [r for r in records if not r.closed]
         if self._recovering:
-            self._recovered_emitted = self._emitted_from_event_log()
             log.error("checkpoint_lost_rereading_files",
                       policy="read every file from byte 0; detections already in the event "
                              "log are not written again",
                       streams_in_event_log=len(self._recovered_emitted))
-        followed: list[FileRecord] = []
-        if cp is not None:
-            self._records = {(r.dev, r.ino): r for r in cp.files}
-            followed = [r for r in cp.files if not r.closed]
-        log.info("tail_starting", checkpoint=self.start_mode, files_known=len(self._records))
+        log.info("tail_starting", files_known=len(self._records))
+        self._first_look()
+
+    def _first_look(self) -> None:
+        """Open every file (the first poll): rescan, drain orphans, find unseen rotations."""
         self._rescan()
         self._drain_orphans()
-        if cp is not None and cp.saved_at:
-            for record in followed:
-                self._read_unseen_rotations(record.source, record.path, cp.saved_at)
+        if self._saved_at:
+            for record in self._followed:
+                self._read_unseen_rotations(record.source, record.path, self._saved_at)
         self._first_start = False
-        self.commit(force=True)
-
-    def _emitted_from_event_log(self) -> dict[str, int]:
-        """Highest detection offset per stream in the event log (rebuilds a lost checkpoint)."""
-        if self.eventlog is None:
-            return {}
-        emitted: dict[str, int] = {}
-        try:
-            with open(self.eventlog.path, "rb") as fh:
-                for raw in fh:
-                    try:
-                        doc = json.loads(raw)
-                        key, off = doc["stream"], int(doc["offset"])
-                    except (ValueError, KeyError, TypeError):
-                        continue
-                    emitted[key] = max(emitted.get(key, -1), off)
-        except OSError:
-            return {}
-        return emitted
+        self._followed = []
 
     def _resume_for(self, source: str, path: str) -> Callable[[os.stat_result, int], Resume]:
         def resume(st: os.stat_result, fd: int) -> Resume:
@@ -389,21 +373,27 @@ class TailService:
         for source, count in counts.items():
             self.metrics.files_watched.labels(source).set(count)
 
-    def _state(self, stream: FileStream) -> StreamState:
-        entry = self._states.get(id(stream))
-        if entry is None or entry[1] != stream.truncations:
-            state = StreamState(stream.info, lineno=stream.start_lineno if entry is None else 0,
-                                suppress_below=stream.emitted, pending=stream.pending)
-            self._states[id(stream)] = (state, stream.truncations)
-            return state
-        return entry[0]
+    def _opened(self, stream: FileStream) -> Iterator[StreamEvent]:
+        """The handle of ``stream``: a new one when first read or after a truncation."""
+        entry = self._handles.get(id(stream))
+        if entry is not None and entry[1] == stream.truncations:
+            return
+        fresh = entry is None
+        if entry is not None:  # truncated: the old content's stream ends here
+            yield StreamClosed(entry[0], stream.info)
+        handle = self._next_handle
+        self._next_handle += 1
+        lineno = stream.start_lineno if fresh else 0
+        self._handles[id(stream)] = [handle, stream.truncations, lineno]
+        yield StreamOpened(handle, stream.info, position=stream.offset, lineno=lineno,
+                           replay_below=stream.emitted, pending=stream.pending, kind="file")
 
-    def run_once(self) -> bool:
-        """One pass: rescan if due, check paths, read what is new. True if anything was read."""
-        now = self.clock.monotonic()
-        if self.reload_requested.is_set():
-            self.reload_requested.clear()
-            self.reload()
+    def handle_of(self, stream: FileStream) -> int | None:
+        entry = self._handles.get(id(stream))
+        return entry[0] if entry is not None else None
+
+    def poll(self, now: float) -> Iterator[StreamEvent]:
+        """One pass: rescan if due, check paths, read what is new."""
         dirty, rescan = self.hints.take() if self.hints else (set(), False)
         if rescan or now >= self._next_rescan:
             self._rescan()
@@ -417,7 +407,6 @@ class TailService:
             tailers += [t for t in self.tailers.values() if t.draining]
             tailers += [t for t in self._behind if t not in tailers]
         self._behind = []
-        progressed = False
         for tailer in tailers:
             changes, seen_at = tailer.changes, tailer.seen_at
             tailer.check_path(now, self._resume_for(tailer.source, tailer.path))
@@ -425,27 +414,21 @@ class TailService:
                 self._read_unseen_rotations(tailer.source, tailer.path, seen_at)
             idle: set[int] = set()
             for stream in tailer.streams():
-                nbytes = self._pump_stream(stream)
+                nbytes = yield from self._pump_stream(stream)
                 if nbytes:
-                    progressed = True
                     if nbytes >= self.options.read_budget and tailer not in self._behind:
                         self._behind.append(tailer)
                 else:
                     idle.add(id(stream))
             for stream in tailer.expire_drained(now, idle):
-                self._close_stream(stream)
-        if full:  # quiet streams: release generic detections held past their hold time
-            for state, _truncations in list(self._states.values()):
-                if self.pipeline.tick(state):
-                    self._dirty_commit = True
-        if progressed or self._dirty_commit:
-            self._dirty_commit = True
-            self.pipeline.flush()
-        if self._dirty_commit and now >= self._next_commit:
-            self.commit()
-        return progressed
+                yield from self._close_stream(stream)
 
-    def _pump_stream(self, stream: FileStream) -> int:
+    def more_waiting(self) -> bool:
+        """True when a stream filled its read budget on the last pass."""
+        return bool(self._behind)
+
+    def _pump_stream(self, stream: FileStream) -> Iterator[StreamEvent]:
+        """Read one stream's next slice; the generator's value is the bytes read."""
         try:
             if stream.rewritten():
                 read_to = stream.offset
@@ -463,15 +446,22 @@ class TailService:
             return 0
         if self.metrics:
             self.metrics.bytes_read.labels(stream.source).inc(nbytes)
-        if segments:
-            self.pipeline.process(self._state(stream), segments)
+        yield from self._lines(stream, segments, nbytes)
         return nbytes
 
-    def _close_stream(self, stream: FileStream) -> None:
+    def _lines(self, stream: FileStream, segments: list[Segment],
+               nbytes: int) -> Iterator[StreamEvent]:
+        yield from self._opened(stream)
+        entry = self._handles[id(stream)]
+        if segments or nbytes:  # bytes held in a partial line are progress too
+            entry[2] += sum(seg.data.count(b"\n") for seg in segments)
+            yield StreamLines(entry[0], stream.info, tuple(segments), nbytes)
+
+    def _close_stream(self, stream: FileStream) -> Iterator[StreamEvent]:
         tail = stream.finish()
-        if tail:
-            self.pipeline.process(self._state(stream), tail)
-        self.pipeline.finish(self._state(stream))
+        if tail or id(stream) in self._handles:
+            yield from self._lines(stream, tail, 0)
+            yield StreamClosed(self._handles[id(stream)][0], stream.info)
         self.observer.closed(stream.source, stream.path, 0)
         try:
             linked = os.fstat(stream.fd).st_nlink > 0
@@ -480,31 +470,27 @@ class TailService:
         if linked:
             # Still on disk under some name: remember how far we read, so that if a glob
             # finds it later (``app.log.1``) or a writer appends to it, it resumes there.
-            record = self._record(stream)
+            record = self._record(stream, ReplayNeed())
             self._records.pop((record.dev, record.ino), None)
             self._records[(record.dev, record.ino)] = dataclasses.replace(record, closed=True)
             while len(self._records) > MAX_TOMBSTONES:
                 oldest = next(iter(self._records))
                 del self._records[oldest]
-        self._states.pop(id(stream), None)
+        self._handles.pop(id(stream), None)
         self._last_records.pop(id(stream), None)
         stream.close()
-        self._dirty_commit = True
 
-    # -- commit, reload, stop -----------------------------------------------------------------
+    # -- snapshot, stop -------------------------------------------------------------------------
 
-    def _record(self, stream: FileStream) -> FileRecord:
-        entry = self._states.get(id(stream))
+    def _record(self, stream: FileStream, need: ReplayNeed) -> FileRecord:
         committed = stream.framer.committed_offset
-        resume, lineno = committed, (entry[0].lineno if entry else stream.start_lineno)
-        held: tuple[int, ...] = ()
-        if entry is not None:
-            opened = entry[0].tracker.earliest_open()
-            if opened is not None and opened[0] < committed:
-                resume, lineno = opened[0], opened[1] - 1
-            held = entry[0].tracker.held_offsets()
+        entry = self._handles.get(id(stream))
+        resume = committed
+        lineno = entry[2] if entry is not None else stream.start_lineno
+        if need.position is not None and need.lineno is not None and need.position < committed:
+            resume, lineno = need.position, need.lineno - 1
         # Held detections are not delivered yet; neither are pending ones not replayed yet.
-        pending = tuple(sorted(set(held) | {p for p in stream.pending if p >= committed}))
+        pending = tuple(sorted(set(need.held) | {p for p in stream.pending if p >= committed}))
         if committed >= stream.emitted:
             emitted, marker = committed, stream.committed_marker
         else:  # still replaying below what was already delivered
@@ -525,65 +511,38 @@ class TailService:
         self._last_records[id(stream)] = (key, record)
         return record
 
-    def commit(self, *, force: bool = False) -> None:
-        """Make sinks durable, then write offsets and the event log size in one record."""
-        if self.store is None:
-            return
-        self.pipeline.flush()
-        try:
-            event_commit = self.eventlog.commit_point() if self.eventlog else None
-            records = [self._record(s) for t in self.tailers.values() for s in t.streams()]
-            records += list(self._records.values())  # known files not readable right now
-            self.store.save(Checkpoint(tuple(records), event_commit, time.time()))
-        except OSError as exc:
-            if self.metrics:
-                self.metrics.checkpoint_errors.inc()
-            if not self._checkpoint_failing:
-                log.error("checkpoint_write_failed", error=str(exc), state_dir=str(
-                    self.store.state_dir))
-            self._checkpoint_failing = True
-            self._next_commit = self.clock.monotonic() + max(self.options.checkpoint_interval,
-                                                              1.0)
-            return
-        if self._checkpoint_failing:
-            log.info("checkpoint_write_recovered")
-        self._checkpoint_failing = False
-        self._dirty_commit = False
-        self._next_commit = self.clock.monotonic() + self.options.checkpoint_interval
-        if self.metrics:
-            self.metrics.checkpoint_writes.inc()
-        _ = force
+    def snapshot(self, need: Callable[[int], ReplayNeed]) -> JSONValue:
+        """One record per open file, plus the files known but not open right now."""
+        records: list[FileRecord] = []
+        for tailer in self.tailers.values():
+            for stream in tailer.streams():
+                handle = self.handle_of(stream)
+                records.append(self._record(stream, need(handle) if handle is not None
+                                            else ReplayNeed()))
+        records += list(self._records.values())
+        return {"files": [dataclasses.asdict(r) for r in records], "saved_at": time.time()}
 
-    def reload(self) -> bool:
-        """Swap in a freshly loaded pattern set, or keep the old one if it has errors."""
-        if self.engine_loader is None:
-            return False
-        if self.metrics:
-            self.metrics.reload_timestamp.set(self.clock.time())
-        try:
-            engine = self.engine_loader()
-        except Exception as exc:  # noqa: BLE001 - any failure keeps the old set
-            log.error("pattern_reload_failed", error=str(exc))
-            if self.metrics:
-                self.metrics.reload_success.set(0)
-                self.metrics.reload_failures.inc()
-            return False
-        self.pipeline.swap(engine)
-        log.info("patterns_reloaded", signatures=len(engine.patterns))
-        if self.metrics:
-            self.metrics.reload_success.set(1)
-            self.metrics.patterns_loaded.set(len(engine.patterns))
-        return True
-
-    def stop(self) -> None:
-        """Final commit, then close every file."""
-        self.commit(force=True)
+    def stop(self) -> Iterator[StreamEvent]:
+        """Close every file; partial last lines stay unread (the next start reads them)."""
         for tailer in self.tailers.values():
             for stream in tailer.streams():
                 stream.close()
         self.tailers.clear()
+        yield from ()
 
-    def next_wakeup(self) -> float:
-        """Seconds until the next timed poll."""
-        return max(0.0, self._next_poll - self.clock.monotonic())
+    def next_wakeup(self, now: float) -> float | None:
+        """The next timed poll (monotonic)."""
+        _ = now
+        return min(self._next_poll, self._next_rescan)
 
+
+def decode_records(saved: JSONValue | None) -> list[FileRecord]:
+    """The file records of a snapshot (tolerates a missing or empty one)."""
+    if not isinstance(saved, dict):
+        return []
+    out: list[FileRecord] = []
+    for raw in saved.get("files", []):
+        fields = dict(raw)
+        fields["pending"] = tuple(fields.get("pending", ()))
+        out.append(FileRecord(**fields))
+    return out

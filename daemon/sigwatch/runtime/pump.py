@@ -1,0 +1,210 @@
+"""``Runtime``: sources in, the pipeline in the middle, sinks out, one commit for all.
+
+This is the daemon's pump minus process concerns (signals, HTTP, systemd), so tests drive it
+step by step with ``run_once``. Exactly-once: every source's snapshot, the detectors' state and
+the event log's size are committed together in one checkpoint record. After a crash the event
+log is cut back to the committed size, detectors restore their state, and sources read again
+from their committed positions, which writes the same events again and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from sigwatch.clock import Clock
+from sigwatch.pipeline import Engine, Pipeline
+from sigwatch.runtime.checkpoint import Checkpoint, CheckpointStore
+from sigwatch.sinks.eventlog import EventLogSink
+from sigwatch.sources.base import Source
+from sigwatch.telemetry.metrics import SelfMetrics
+
+__all__ = ["Runtime"]
+
+log = structlog.get_logger("sigwatch.runtime")
+
+
+class Runtime:
+    """Owns the sources, the pipeline, the checkpoint and the commit cycle."""
+
+    def __init__(
+        self,
+        *,
+        sources: Sequence[Source],
+        pipeline: Pipeline,
+        clock: Clock,
+        store: CheckpointStore | None,
+        eventlog: EventLogSink | None = None,
+        metrics: SelfMetrics | None = None,
+        checkpoint_interval: float = 1.0,
+        engine_loader: Callable[[], Engine] | None = None,
+    ) -> None:
+        self.sources = list(sources)
+        self.pipeline = pipeline
+        self.clock = clock
+        self.store = store
+        self.eventlog = eventlog
+        self.metrics = metrics
+        self.checkpoint_interval = checkpoint_interval
+        self.engine_loader = engine_loader
+        self.reload_requested = threading.Event()
+        self.start_mode = "none"
+        self._next_commit = 0.0
+        self._dirty = False
+        self._checkpoint_failing = False
+
+    # -- start-up -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the checkpoint, roll the event log back to it, restore detectors, start sources."""
+        cp: Checkpoint | None = None
+        if self.store is not None:
+            result = self.store.load()
+            cp, self.start_mode = result.checkpoint, result.mode
+            for problem in result.problems:
+                log.error("checkpoint_unusable", problem=problem)
+            if result.mode in ("tmp", "previous", "corrupt") and self.metrics:
+                self.metrics.checkpoint_recoveries.labels(result.mode).inc()
+            if cp is not None and cp.migrated_from:
+                log.info("checkpoint_migrated", from_version=cp.migrated_from)
+        first_start = cp is None and self.start_mode == "none"
+        if self.eventlog is not None and cp is not None:
+            removed = self.eventlog.roll_back_to(cp.event_log)
+            if removed and self.metrics:
+                self.metrics.events_rolled_back.inc(removed)
+        if self.start_mode == "corrupt":
+            emitted = self._emitted_from_event_log()
+            for source in self.sources:
+                recover = getattr(source, "recover", None)
+                if recover is not None:
+                    recover(emitted)
+        if cp is not None:
+            self.pipeline.restore(dict(cp.detectors))
+        for source in self.sources:
+            saved = cp.sources.get(source.name) if cp is not None else None
+            source.start(saved, first_start=first_start)
+        self.commit(force=True)
+
+    def _emitted_from_event_log(self) -> dict[str, int]:
+        """Highest detection offset per stream in the event log (rebuilds a lost checkpoint)."""
+        if self.eventlog is None:
+            return {}
+        emitted: dict[str, int] = {}
+        try:
+            with open(self.eventlog.path, "rb") as fh:
+                for raw in fh:
+                    try:
+                        doc = json.loads(raw)
+                        key, off = doc["stream"], doc["offset"]
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    if isinstance(off, int):
+                        emitted[key] = max(emitted.get(key, -1), off)
+        except OSError:
+            return {}
+        return emitted
+
+    # -- the pump -----------------------------------------------------------------------------
+
+    def run_once(self) -> bool:
+        """One pass over every source, then deadlines and the commit. True if anything read."""
+        if self.reload_requested.is_set():
+            self.reload_requested.clear()
+            self.reload()
+        now = self.clock.monotonic()
+        progressed = False
+        pipeline = self.pipeline
+        delivered = pipeline.delivered
+        for source in self.sources:
+            for event in source.poll(now):
+                pipeline.handle_event(event)
+                progressed = True
+        deadline = pipeline.next_deadline()
+        if deadline is not None and deadline <= self.clock.monotonic():
+            pipeline.tick()
+            self._dirty = True
+        if progressed or pipeline.delivered != delivered:
+            self._dirty = True
+            pipeline.flush()
+        if self._dirty and self.clock.monotonic() >= self._next_commit:
+            self.commit()
+        return progressed
+
+    def more_waiting(self) -> bool:
+        return any(s.more_waiting() for s in self.sources)
+
+    def next_wakeup(self) -> float:
+        """Seconds until a source's timer or a detector's deadline."""
+        now = self.clock.monotonic()
+        times = [t for s in self.sources if (t := s.next_wakeup(now)) is not None]
+        deadline = self.pipeline.next_deadline()
+        if deadline is not None:
+            times.append(deadline)
+        if self._dirty:
+            times.append(self._next_commit)
+        return max(0.0, min(times) - now) if times else 1.0
+
+    # -- commit, reload, stop -----------------------------------------------------------------
+
+    def commit(self, *, force: bool = False) -> None:
+        """Make sinks durable, then write positions, detector state and the event log size."""
+        _ = force
+        if self.store is None:
+            self._dirty = False
+            return
+        self.pipeline.flush()
+        try:
+            event_commit = self.eventlog.commit_point() if self.eventlog else None
+            need = self.pipeline.need
+            sources = {s.name: s.snapshot(need) for s in self.sources}
+            self.store.save(Checkpoint(sources, event_commit, time.time(),
+                                       self.pipeline.snapshot()))
+        except OSError as exc:
+            if self.metrics:
+                self.metrics.checkpoint_errors.inc()
+            if not self._checkpoint_failing:
+                log.error("checkpoint_write_failed", error=str(exc),
+                          state_dir=str(self.store.state_dir))
+            self._checkpoint_failing = True
+            self._next_commit = self.clock.monotonic() + max(self.checkpoint_interval, 1.0)
+            return
+        if self._checkpoint_failing:
+            log.info("checkpoint_write_recovered")
+        self._checkpoint_failing = False
+        self._dirty = False
+        self._next_commit = self.clock.monotonic() + self.checkpoint_interval
+        if self.metrics:
+            self.metrics.checkpoint_writes.inc()
+
+    def reload(self) -> bool:
+        """Swap in a freshly loaded pattern set, or keep the old one if it has errors."""
+        if self.engine_loader is None:
+            return False
+        if self.metrics:
+            self.metrics.reload_timestamp.set(self.clock.time())
+        try:
+            engine = self.engine_loader()
+        except Exception as exc:  # noqa: BLE001 - any failure keeps the old set
+            log.error("pattern_reload_failed", error=str(exc))
+            if self.metrics:
+                self.metrics.reload_success.set(0)
+                self.metrics.reload_failures.inc()
+            return False
+        self.pipeline.swap(engine)
+        self._dirty = True
+        log.info("patterns_reloaded", signatures=len(engine.patterns))
+        if self.metrics:
+            self.metrics.reload_success.set(1)
+            self.metrics.patterns_loaded.set(len(engine.patterns))
+        return True
+
+    def stop(self) -> None:
+        """Final commit, then stop every source."""
+        self.commit(force=True)
+        for source in self.sources:
+            for event in source.stop():
+                self.pipeline.handle_event(event)
