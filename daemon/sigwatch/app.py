@@ -192,8 +192,12 @@ class Daemon:
 
 
 def build_daemon(config: Config, *, clock: Clock | None = None,
-                 registry: CollectorRegistry | None = None) -> Daemon:
-    """Build every component from ``config`` (nothing starts yet)."""
+                 registry: CollectorRegistry | None = None,
+                 extra_sinks: Sequence[Sink] = ()) -> Daemon:
+    """Build every component from ``config`` (nothing starts yet).
+
+    ``extra_sinks`` are queued like the console (tests use it to plant a sink that hangs).
+    """
     clock = clock or SystemClock()
     registry = registry or CollectorRegistry(auto_describe=True)
     prometheus_client.disable_created_metrics()
@@ -218,9 +222,9 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     eventlog = EventLogSink(config.events) if config.events else None
     if eventlog is not None:
         sinks.append(eventlog)  # the commit log: written on the pump thread
-    if config.console:
-        queued.append(QueuedSink(ConsoleSink(sys.stdout), clock=clock, on_error=failed,
-                                 on_drop=dropped))
+    outputs: list[Sink] = [ConsoleSink(sys.stdout)] if config.console else []
+    for output in [*outputs, *extra_sinks]:
+        queued.append(QueuedSink(output, clock=clock, on_error=failed, on_drop=dropped))
     sinks.extend(queued)
     metrics.declare_sinks(s.name for s in sinks)
     pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics,

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,10 +21,12 @@ from prometheus_client import CollectorRegistry
 from sigwatch.clock import FakeClock
 from sigwatch.patterns.loader import load_patterns
 from sigwatch.app import build_pipeline, build_runtime
+from sigwatch.detectors.base import Detector
 from sigwatch.pipeline import Engine
 from sigwatch.runtime.pump import Runtime
 from sigwatch.sinks.eventlog import EventLogSink
 from sigwatch.sinks.metrics import MetricsSink
+from sigwatch.sources.base import Source
 from sigwatch.sources.discovery import SourceSpec
 from sigwatch.sources.files import FileSource, TailOptions
 from sigwatch.telemetry.metrics import SelfMetrics
@@ -112,7 +114,10 @@ class Harness:
     def __init__(self, root: Path, globs: Iterable[str] = ("*.log",), *,
                  start_at: str = "beginning", options: TailOptions | None = None,
                  hostile: bool = False, regex_timeout: float = 0.05,
-                 fsync: bool = False) -> None:
+                 fsync: bool = False,
+                 source_factory: Callable[[FakeClock, SelfMetrics], Source] | None = None,
+                 detector_factory: Callable[[FakeClock], list[Detector]] | None = None,
+                 ) -> None:
         self.root = root
         self.logs = root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -125,6 +130,9 @@ class Harness:
                                               checkpoint_interval=1.0, rotate_wait=5.0)
         self.regex_timeout = regex_timeout
         self.fsync = fsync
+        self.source_factory = source_factory
+        self.detector_factory = detector_factory
+        self.files: FileSource | None = None
         self.clock = FakeClock()
         self.service: Runtime | None = None
         self.registry: CollectorRegistry | None = None
@@ -146,13 +154,19 @@ class Harness:
         engine = Engine(patterns, regex_timeout=self.regex_timeout,
                         on_timeout=lambda sig: metrics.regex_timeouts.labels(sig).inc())
         self.eventlog = EventLogSink(self.events, fsync=self.fsync)
+        detectors = self.detector_factory(self.clock) if self.detector_factory else []
         pipeline = build_pipeline(engine, [MetricsSink(metrics), self.eventlog],
-                                  clock=self.clock, metrics=metrics, host="test")
-        self.files = FileSource(
-            sources=[SourceSpec("files", self.globs, (), self.start_at)], clock=self.clock,
-            options=self.options, metrics=metrics)
+                                  clock=self.clock, metrics=metrics, host="test",
+                                  detectors=detectors)
+        source: Source
+        if self.source_factory is not None:
+            source = self.source_factory(self.clock, metrics)
+        else:
+            source = self.files = FileSource(
+                sources=[SourceSpec("files", self.globs, (), self.start_at)],
+                clock=self.clock, options=self.options, metrics=metrics)
         self.service = build_runtime(
-            sources=[self.files], pipeline=pipeline, clock=self.clock, state_dir=self.state,
+            sources=[source], pipeline=pipeline, clock=self.clock, state_dir=self.state,
             eventlog=self.eventlog, metrics=metrics,
             checkpoint_interval=self.options.checkpoint_interval, fsync=self.fsync)
         self.incarnations += 1
@@ -169,9 +183,10 @@ class Harness:
     def crash(self) -> None:
         """SIGKILL between two pump passes: nothing more is committed or flushed."""
         assert self.service is not None
-        for tailer in self.files.tailers.values():
-            for stream in tailer.streams():
-                stream.close()
+        if self.files is not None:
+            for tailer in self.files.tailers.values():
+                for stream in tailer.streams():
+                    stream.close()
         if self.eventlog is not None:
             # Whatever is still in the process's buffer dies with it: point the file's fd
             # at /dev/null so a later flush or close cannot reach the event log.
