@@ -107,11 +107,11 @@ def main() -> int:
                                  lines=2000))
     rows.append(process_scenario("rotation_process", kills=0, rotate_every=200, lines=2000))
     rows.append(process_scenario("sigkill_process", kills=20, rotate_every=300, lines=3000))
-    print("| scenario | lines written | lines matched | lost (counted) | lost (silent) "
+    print("| scenario | lines written | lines matched | lost (declared, counted) | lost (undeclared) "
           "| duplicated | p99 detection latency | notes |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r.name} | {r.written} | {r.matched} | {r.lost_counted} | {r.lost_silent} "
+        print(f"| {r.name} | {r.written} | {r.matched} | {r.lost_declared} | {r.lost_silent} "
               f"| {r.duplicated} | {_latency(r.p99_latency)} | {r.notes} |")
     bad = [r.name for r in rows if r.lost_silent or r.duplicated]
     if bad:

@@ -37,7 +37,6 @@ import re
 import shutil
 import signal
 import socket
-
 import subprocess
 import sys
 import tempfile

@@ -200,7 +200,7 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     """
     clock = clock or SystemClock()
     registry = registry or CollectorRegistry(auto_describe=True)
-    prometheus_client.disable_created_metrics()
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     metrics = SelfMetrics(registry, __version__)
     source_names = [s.name for s in config.sources]
     metrics.declare_sources(source_names)
@@ -252,7 +252,7 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
 def raise_fd_limit() -> None:
     """Lift the soft open-files limit to the hard one: every followed file holds an fd."""
     try:
-        import resource  # noqa: PLC0415 - POSIX only
+        import resource
 
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if hard == resource.RLIM_INFINITY or soft < hard:

@@ -12,10 +12,13 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from sigwatch import __version__
 from sigwatch.errors import InputError, PatternError, SigwatchError
+
+if TYPE_CHECKING:
+    from sigwatch.patterns.compiled import PatternSet
 
 __all__ = ["main"]
 
@@ -28,8 +31,8 @@ class _LoadFailedError(SigwatchError):
         super().__init__("\n".join(str(e) for e in errors))
 
 
-def _load_patterns(dirs: Sequence[Path] | None):  # noqa: ANN202 - PatternSet, imported lazily
-    from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns  # noqa: PLC0415
+def _load_patterns(dirs: Sequence[Path] | None) -> PatternSet:
+    from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 
     patterns, errors = load_patterns(list(dirs) if dirs else [builtin_pattern_dir()])
     if errors:
@@ -110,12 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _scan(args: argparse.Namespace, out: TextIO) -> int:
-    from sigwatch.clock import SystemClock  # noqa: PLC0415
-    from sigwatch.model import Severity, StreamInfo  # noqa: PLC0415
-    from sigwatch.app import build_pipeline  # noqa: PLC0415
-    from sigwatch.scanning import scan_stream  # noqa: PLC0415
-    from sigwatch.sinks.base import CollectingSink  # noqa: PLC0415
-    from sigwatch.sinks.console import format_detection  # noqa: PLC0415
+    from sigwatch.app import build_pipeline
+    from sigwatch.clock import SystemClock
+    from sigwatch.model import Severity, StreamInfo
+    from sigwatch.scanning import scan_stream
+    from sigwatch.sinks.base import CollectingSink
+    from sigwatch.sinks.console import format_detection
 
     patterns = _load_patterns(args.patterns)
     sink = CollectingSink()
@@ -144,10 +147,10 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _patterns(args: argparse.Namespace, out: TextIO) -> int:
-    from sigwatch.checks.catalogue import render_catalogue  # noqa: PLC0415
-    from sigwatch.checks.lint import lint  # noqa: PLC0415
-    from sigwatch.checks.selftest import run_examples  # noqa: PLC0415
-    from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns  # noqa: PLC0415
+    from sigwatch.checks.catalogue import render_catalogue
+    from sigwatch.checks.lint import lint
+    from sigwatch.checks.selftest import run_examples
+    from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 
     action = args.patterns_command
     if action == "lint":
@@ -166,10 +169,10 @@ def _patterns(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"{sig.id:48} {sig.severity.label:8} {sig.action or '-':16} {sig.title}\n")
         return EXIT_OK
     if action == "show":
-        sig = patterns.get(args.id)
-        if sig is None:
+        shown = patterns.get(args.id)
+        if shown is None:
             raise SigwatchError(f"no signature with id {args.id!r}")
-        out.write(sig.path.read_text(encoding="utf-8"))
+        out.write(shown.path.read_text(encoding="utf-8"))
         return EXIT_OK
     if action == "catalogue":
         out.write(render_catalogue(patterns))
@@ -183,7 +186,7 @@ def _patterns(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _check_config(path: Path, out: TextIO) -> int:
-    from sigwatch.config import load_config  # noqa: PLC0415
+    from sigwatch.config import load_config
 
     config = load_config(path)
     patterns = _load_patterns(config.patterns or None)
@@ -192,8 +195,8 @@ def _check_config(path: Path, out: TextIO) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sigwatch.app import run_daemon  # noqa: PLC0415
-    from sigwatch.config import SourceConfig, load_config  # noqa: PLC0415
+    from sigwatch.app import run_daemon
+    from sigwatch.config import SourceConfig, load_config
 
     overrides: dict[str, object] = {
         "listen": args.listen, "state_dir": args.state_dir, "events": args.events,

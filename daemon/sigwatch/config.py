@@ -68,7 +68,7 @@ class Config(_Strict):
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:
-        host, sep, port = value.rpartition(":")
+        _host, sep, port = value.rpartition(":")
         if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
             msg = "must be HOST:PORT"
             raise ValueError(msg)

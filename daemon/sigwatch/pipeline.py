@@ -10,7 +10,6 @@ replay point was delivered before a restart and is not delivered again.
 from __future__ import annotations
 
 import codecs
-
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from sigwatch.detectors.signatures import HOLD_SECONDS, SignatureDetector
 from sigwatch.engine.matcher import DEFAULT_REGEX_TIMEOUT, Matcher
 from sigwatch.framing.lines import Segment
 from sigwatch.framing.normalize import normalize
-from sigwatch.model import Detection, LogLine, Match, StreamInfo
+from sigwatch.model import Detection, LogLine, Match
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.sinks.base import Sink
 from sigwatch.sources.base import ReplayNeed, StreamClosed, StreamEvent, StreamLines, StreamOpened
@@ -357,8 +356,8 @@ class Pipeline:
     def _deliver(self, stream: _Stream | None,
                  detections: Iterable[Detection]) -> list[Detection]:
         out: list[Detection] = []
-        for d in detections:
-            d = self.correlator.refine(d)
+        for found in detections:
+            d = self.correlator.refine(found)
             if (stream is not None and d.offset is not None and d.offset < stream.replay_below
                     and d.offset not in stream.pending):
                 continue  # delivered before a crash; the replay only rebuilds state

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from support.daemon import free_port, sample, scrape, wait_for, wait_started
 
 pytestmark = pytest.mark.integration

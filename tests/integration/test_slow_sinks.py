@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.daemon import wait_for
 
 from sigwatch.app import build_daemon
 from sigwatch.config import Config, SourceConfig
 from sigwatch.model import Detection
-from support.daemon import wait_for
 
 INCIDENT = b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from sigwatch.clock import FakeClock
-from sigwatch.patterns.loader import load_patterns
 from sigwatch.app import build_pipeline, build_runtime
+from sigwatch.clock import FakeClock
 from sigwatch.detectors.base import Detector
+from sigwatch.patterns.loader import load_patterns
 from sigwatch.pipeline import Engine
 from sigwatch.runtime.pump import Runtime
 from sigwatch.sinks.eventlog import EventLogSink
@@ -95,7 +95,7 @@ def read_event_seqs(path: Path) -> list[int]:
 
 def start_daemon_process(tmp: Path) -> subprocess.Popen[bytes]:
     """The real ``sigwatch run`` on tmp/logs/*.log with tmp/patterns; stderr to daemon.log."""
-    env = dict(os.environ, PYTHONPATH=str(REPO / "daemon"))
+    env = dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH") or str(REPO / "daemon"))
     cmd = [sys.executable, "-m", "sigwatch", "run", "--watch", str(tmp / "logs" / "*.log"),
            "--events", str(tmp / "events.jsonl"), "--state-dir", str(tmp / "state"),
            "--listen", "127.0.0.1:0", "--patterns", str(tmp / "patterns"),

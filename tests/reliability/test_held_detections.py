@@ -6,9 +6,8 @@ The checkpoint records held detections as pending: after SIGKILL the replay deli
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
+from pathlib import Path
 
 from harness import Harness
 

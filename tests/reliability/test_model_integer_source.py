@@ -28,7 +28,6 @@ from hypothesis.stateful import (
 )
 from support.listsource import ListSource
 
-
 PAIR_SIGNATURE = """\
 id = "test_open_close"
 title = "Test Open Close"

@@ -7,17 +7,17 @@ import zlib
 from pathlib import Path
 
 from harness import Harness, Writer, duplicates
+from support.detectors import DeadlineOnlyDetector
+from support.listsource import ListSource
 
 from sigwatch.clock import FakeClock
+from sigwatch.framing.lines import LineFramer
 from sigwatch.model import StreamInfo
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.pipeline import Engine, Pipeline
 from sigwatch.sinks.base import CollectingSink
 from sigwatch.sources.base import StreamOpened
-from sigwatch.framing.lines import LineFramer
 from sigwatch.sources.files import TailOptions
-from support.detectors import DeadlineOnlyDetector
-from support.listsource import ListSource
 
 
 def _deadline_events(events: Path) -> list[dict[str, object]]:

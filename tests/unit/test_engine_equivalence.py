@@ -26,8 +26,8 @@ from sigwatch.framing.lines import LineFramer
 from sigwatch.model import StreamInfo
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 from sigwatch.pipeline import Engine, Pipeline
-from sigwatch.sources.base import StreamOpened
 from sigwatch.sinks.base import CollectingSink
+from sigwatch.sources.base import StreamOpened
 
 REPO = Path(__file__).resolve().parent.parent.parent
 GOODLOGS = REPO / "tests" / "corpus" / "goodlogs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sigwatch.patterns.compiled import PatternSet
+from sigwatch.patterns.compiled import CompiledSignature, PatternSet
 
 __all__ = ["render_catalogue"]
 
@@ -15,7 +15,7 @@ def _cell(text: str) -> str:
 
 def render_catalogue(patterns: PatternSet) -> str:
     """One table per area: id, severity, action, title and the fix."""
-    by_area: dict[str, list] = defaultdict(list)
+    by_area: dict[str, list[CompiledSignature]] = defaultdict(list)
     for sig in patterns.signatures:
         by_area[sig.path.parent.name].append(sig)
     out = [
@@ -28,7 +28,8 @@ def render_catalogue(patterns: PatternSet) -> str:
         "",
     ]
     for area in sorted(by_area):
-        out += [f"## {area}", "", "| id | severity | action | title | fix |", "|---|---|---|---|---|"]
+        out += [f"## {area}", "", "| id | severity | action | title | fix |",
+                "|---|---|---|---|---|"]
         for sig in sorted(by_area[area], key=lambda s: s.id):
             fix = sig.remediation.summary or "-"
             out.append(f"| `{sig.id}` | {sig.severity.label} | {sig.action or '-'} | "

@@ -32,8 +32,8 @@ class ExampleResult:
     def describe(self) -> str:
         found = ", ".join(self.detected) or "nothing"
         want = "a detection" if self.kind == "match" else "no detection"
-        return f"{self.file}: examples[{self.index}] ({self.kind}): wanted {want} of " \
-               f"{self.signature}, got {found}"
+        return (f"{self.file}: examples[{self.index}] ({self.kind}): wanted {want} of "
+                f"{self.signature}, got {found}")
 
 
 def detect_text(engine: Engine, text: str, name: str = "example") -> list[Detection]:

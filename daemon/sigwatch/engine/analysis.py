@@ -22,15 +22,15 @@ standard library parser would read differently from ``regex`` (POSIX classes, fu
 from __future__ import annotations
 
 import re
-import re._constants as sre_c  # noqa: PLC2701 - the stdlib parser is the only regex AST we have
-import re._parser as sre_parse  # noqa: PLC2701
+import re._constants as sre_c
+import re._parser as sre_parse
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StepFilter", "analyze", "estimate", "CASE_VARIANTS"]
+__all__ = ["CASE_VARIANTS", "StepFilter", "analyze", "estimate"]
 
 MIN_ANCHOR_CHARS = 3
 # An anchor expected more often than this (per byte of typical training log) is "weak": its
@@ -221,16 +221,13 @@ def _safe(src: str) -> bool:
         return False
     # A brace that is not a repeat is a literal for the stdlib parser, but may be fuzzy
     # matching for ``regex``: refuse rather than guess.
-    for m in re.finditer(r"(?<!\\)\{", src):
-        if not _REPEAT_BRACE.match(src, m.start()):
-            # an escaped backslash before it makes it unescaped again; stay conservative
-            return False
-    return True
+    # (An escaped backslash before a brace makes it unescaped again; stay conservative.)
+    return all(_REPEAT_BRACE.match(src, m.start()) for m in re.finditer(r"(?<!\\)\{", src))
 
 
 # --- the walk -----------------------------------------------------------------------------
 
-class _Unsupported(Exception):
+class _UnsupportedError(Exception):
     pass
 
 
@@ -286,7 +283,7 @@ def _literal_char(code: int, caseless: bool, lowered: bool = False) -> _Char | b
     ch = chr(code)
     if code < 128:
         if code == _NL:
-            raise _Unsupported("newline in a line pattern")
+            raise _UnsupportedError("newline in a line pattern")
         if lowered:  # the haystack was ASCII-lowercased (case variants are handled apart)
             return ch.lower().encode()
         if caseless and ch.isalpha():
@@ -347,14 +344,14 @@ def _set_char_any(items: list[Any], caseless: bool) -> _Char:
                 return _ANY
             multibyte = True
         else:
-            raise _Unsupported(f"set item {op}")
+            raise _UnsupportedError(f"set item {op}")
     return _Char(frozenset(members), multibyte)
 
 
 def _min_width(items: list[Any]) -> int:
     try:
-        sub = sre_parse.SubPattern(sre_parse.State(), items)  # type: ignore[arg-type]
-        return sub.getwidth()[0]
+        sub = sre_parse.SubPattern(sre_parse.State(), items)
+        return int(sub.getwidth()[0])
     except Exception:  # noqa: BLE001 - width is only a hint
         return 1
 
@@ -429,7 +426,8 @@ class _Walker:
             if collect and all(branch_factors):
                 merged: list[tuple[str, bool]] = []
                 for fs in branch_factors:
-                    merged.extend(min(fs, key=_factor_cost))
+                    cheapest: tuple[tuple[str, bool], ...] = min(fs, key=_factor_cost)
+                    merged.extend(cheapest)
                 self.factors.append(tuple(dict.fromkeys(merged)))
             return b"(?:" + b"|".join(alts) + b")"
         if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, sre_c.POSSESSIVE_REPEAT):
@@ -453,7 +451,7 @@ class _Walker:
                     return char.regex(lo, hi_v)
             inner = self.seq(body_items, caseless, collect=collect and lo >= 1)
             return b"(?:" + inner + b")" + _bounds(lo, hi_v)
-        raise _Unsupported(f"construct {op}")
+        raise _UnsupportedError(f"construct {op}")
 
 
 def _factor_cost(factor: tuple[tuple[str, bool], ...]) -> float:
@@ -490,14 +488,14 @@ def analyze(pattern: str) -> StepFilter:
     """Derive the anchor and the relaxed bytes regex of one step's pattern."""
     try:
         if not _safe(pattern):
-            raise _Unsupported("syntax the stdlib parser reads differently")
+            raise _UnsupportedError("syntax the stdlib parser reads differently")
         stripped = _strip_lookarounds(pattern)
         if stripped is None:
-            raise _Unsupported("unbalanced")
+            raise _UnsupportedError("unbalanced")
         parsed = sre_parse.parse(stripped)
         flags = parsed.state.flags
         if flags & (sre_c.SRE_FLAG_VERBOSE | sre_c.SRE_FLAG_LOCALE):
-            raise _Unsupported("flags")
+            raise _UnsupportedError("flags")
         caseless = bool(flags & sre_c.SRE_FLAG_IGNORECASE)
         walker = _Walker()
         items = list(parsed)
@@ -505,13 +503,13 @@ def analyze(pattern: str) -> StepFilter:
         trimmed = _trim(items)
         relaxed = _Walker().seq(trimmed, caseless, collect=False) if trimmed else b""
         if not relaxed or _min_width(trimmed) == 0:
-            raise _Unsupported("may match the empty string")
+            raise _UnsupportedError("may match the empty string")
         compiled = re.compile(relaxed)
         if compiled.search(b""):
-            raise _Unsupported("relaxed form matches the empty string")
+            raise _UnsupportedError("relaxed form matches the empty string")
         relaxed_lower = _Walker(lowered=True).seq(trimmed, caseless, collect=False)
         re.compile(relaxed_lower)
-    except (_Unsupported, re.error, OverflowError, RecursionError, ValueError):
+    except (_UnsupportedError, re.error, OverflowError, RecursionError, ValueError):
         return StepFilter((), float("inf"), None)
     usable = [f for f in walker.factors if _factor_cost(f) != float("inf")]
     if not usable:

@@ -62,7 +62,7 @@ _ANSI_BYTES_RE = re.compile(
 
 def hyperscan_available() -> bool:
     try:
-        import hyperscan  # noqa: F401, PLC0415
+        import hyperscan  # noqa: F401
     except ImportError:
         return False
     return True
@@ -105,7 +105,11 @@ def _choose_offsets(needles: list[tuple[bytes, bool]]) -> dict[tuple[bytes, bool
     out: dict[tuple[bytes, bool], int] = {}
     for text, ci in needles:
         last = max(0, len(text) - MIN_KEY_BYTES)
-        out[(text, ci)] = min(range(last + 1), key=lambda i, t=text, c=ci: (rate(t[i], c), i))
+
+        def cost(i: int, t: bytes = text, c: bool = ci) -> tuple[float, int]:
+            return (rate(t[i], c), i)
+
+        out[(text, ci)] = min(range(last + 1), key=cost)
     return out
 
 
@@ -222,7 +226,7 @@ class _HyperscanScan:
     the relaxed regex afterwards, as with the pure-Python backend."""
 
     def __init__(self, filters: dict[StepRef, StepFilter]) -> None:
-        import hyperscan  # noqa: PLC0415
+        import hyperscan
 
         self.refs: list[StepRef] = []
         exprs: list[bytes] = []

@@ -33,6 +33,5 @@ def normalize(raw: str) -> list[tuple[str | None, str]]:
         m = RANK_RE.match(part)
         if m:
             rank = m.group(1) or m.group(2)
-            part = part[m.end():]
-        out.append((rank, part))
+        out.append((rank, part[m.end():] if m else part))
     return out or [(None, "")]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-import re._constants as sre_c  # noqa: PLC2701 - the stdlib parser is the only regex AST we have
-import re._parser as sre_parse  # noqa: PLC2701
+import re._constants as sre_c
+import re._parser as sre_parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

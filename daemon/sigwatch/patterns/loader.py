@@ -157,8 +157,9 @@ def load_patterns(dirs: Sequence[Path]) -> tuple[PatternSet, list[PatternError]]
         if sig is None:
             continue
         if sig.id in seen:
+            also = _display(seen[sig.id])
             errors.append(PatternError(
-                _display(path), "id", f"duplicate id {sig.id!r} (also in {_display(seen[sig.id])})"))
+                _display(path), "id", f"duplicate id {sig.id!r} (also in {also})"))
             continue
         seen[sig.id] = path
         loaded.append(sig)
@@ -167,7 +168,8 @@ def load_patterns(dirs: Sequence[Path]) -> tuple[PatternSet, list[PatternError]]
         file = _display(sig.path)
         for i, other in enumerate(sorted(sig.supersedes)):
             if other not in ids:
-                errors.append(PatternError(file, f"supersedes[{i}]", f"unknown signature {other!r}"))
+                errors.append(PatternError(file, f"supersedes[{i}]",
+                                           f"unknown signature {other!r}"))
         for i, other in enumerate(sig.caused_by):
             if other not in ids:
                 errors.append(PatternError(

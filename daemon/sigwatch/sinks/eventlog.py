@@ -80,6 +80,9 @@ class EventLogSink:
         st = os.fstat(self._fh.fileno())
         return EventLogCommit(st.st_dev, st.st_ino, st.st_size)
 
+    def tick(self, now: float) -> None:
+        _ = now
+
     def close(self) -> None:
         self.commit_point()
         self._fh.close()

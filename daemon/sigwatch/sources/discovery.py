@@ -6,6 +6,7 @@ source of truth; an event only makes the loop look sooner.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
 import os
@@ -81,8 +82,8 @@ class ChangeHints:
     def start(self, roots: list[tuple[str, bool]]) -> str:
         """Start watching; returns ``inotify`` or ``polling`` (when notifications failed)."""
         try:
-            from watchdog.events import FileSystemEvent, FileSystemEventHandler  # noqa: PLC0415
-            from watchdog.observers import Observer  # noqa: PLC0415
+            from watchdog.events import FileSystemEvent, FileSystemEventHandler
+            from watchdog.observers import Observer
         except ImportError:  # pragma: no cover - watchdog is a hard dependency
             return self.mode
 
@@ -99,10 +100,8 @@ class ChangeHints:
             observer.start()
         except OSError as exc:  # ENOSPC: inotify watch limit; EMFILE: instance limit
             log.warning("inotify_unavailable_polling", error=str(exc))
-            try:
+            with contextlib.suppress(Exception):  # best effort on an observer that never ran
                 observer.stop()
-            except Exception:  # noqa: BLE001 - best effort on an observer that never ran
-                pass
             return self.mode
         self._observer = observer
         self.mode = "inotify"

@@ -26,9 +26,9 @@ __all__ = [
     "HEAD_BYTES",
     "Draining",
     "FileRecord",
-    "Resume",
     "FileStream",
     "FileTailer",
+    "Resume",
     "TailObserver",
     "head_fingerprint",
 ]
@@ -341,7 +341,7 @@ class FileTailer:
                   errno.EPERM: "permission", errno.EMFILE: "fd_limit",
                   errno.ENFILE: "fd_limit", errno.EISDIR: "not_regular"}.get(
             exc.errno or 0, "io")
-        if reason != "missing" and self._failing != reason:
+        if reason not in ("missing", self._failing):
             self._observer.file_error(self.source, self.path, reason, str(exc))
         self._failing = reason
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import stat as stat_mod
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 import structlog
@@ -427,7 +426,7 @@ class FileSource:
         """True when a stream filled its read budget on the last pass."""
         return bool(self._behind)
 
-    def _pump_stream(self, stream: FileStream) -> Iterator[StreamEvent]:
+    def _pump_stream(self, stream: FileStream) -> Generator[StreamEvent, None, int]:
         """Read one stream's next slice; the generator's value is the bytes read."""
         try:
             if stream.rewritten():

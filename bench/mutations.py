@@ -1,0 +1,126 @@
+"""Plant faults in the file source, the pipeline and the committer; the suite must catch each.
+
+Each mutation is a one-place text change in a copy of ``daemon/`` (the anchor must occur exactly
+once, so the script fails loudly when the code moves on). For each, the reliability tests run
+against the mutated copy; a mutation is *caught* when they fail. Run with ``./dev.sh mutations``
+(a few minutes); prints one row per fault and exits non-zero if any survives.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = ["tests/reliability", "-m", "not slow", "-x", "-q", "-p", "no:cacheprovider",
+         "-p", "no:randomly"]
+SLOW_TESTS = ["tests/reliability", "-x", "-q", "-p", "no:cacheprovider"]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str
+    anchor: str
+    replacement: str
+    slow: bool = False  # only the slow (model, chaos) tests can see it
+
+
+MUTATIONS = [
+    Mutation("skip the first read after a truncation", "sigwatch/sources/file.py",
+             "        self.offset = 0\n        self.emitted = -1\n",
+             "        self.offset = self.size()\n        self.emitted = -1\n"),
+    Mutation("commit before the event log is flushed", "sigwatch/sinks/eventlog.py",
+             '        """Flush and fsync, then describe the file for the checkpoint."""\n'
+             "        self.flush()\n",
+             '        """Flush and fsync, then describe the file for the checkpoint."""\n'),
+    Mutation("forget the offset marker (rewrite in place unseen)", "sigwatch/sources/file.py",
+             "return size < self.size_before or not self.marker_intact()",
+             "return size < self.size_before"),
+    Mutation("off by one on resume", "sigwatch/sources/files.py",
+             "return Resume(record.offset, record.lineno,",
+             "return Resume(record.offset + 1, record.lineno,"),
+    Mutation("held detections not recorded as pending", "sigwatch/sources/files.py",
+             "pending = tuple(sorted(set(need.held) | {p for p in stream.pending "
+             "if p >= committed}))",
+             "pending = ()"),
+    Mutation("replay re-delivers what was delivered before a crash", "sigwatch/pipeline.py",
+             "and d.offset not in stream.pending):",
+             "and d.offset not in stream.pending and False):"),
+    Mutation("event log not rolled back to the commit", "sigwatch/sinks/eventlog.py",
+             "        if commit is None:\n            return 0\n",
+             "        if commit is None or True:\n            return 0\n"),
+    Mutation("head fingerprint ignored (inode reuse taken for the old file)",
+             "sigwatch/sources/files.py",
+             "if record.head_len and _hash_head(fd, record.head_len) != record.head_hash:",
+             "if False:"),
+    Mutation("rotated file not drained after rotation", "sigwatch/sources/file.py",
+             "self.draining.append(Draining(stream, now + self._rotate_wait))",
+             "stream.close()"),
+    Mutation("replay floor ignored (open sequence forgotten at a crash)",
+             "sigwatch/sources/files.py",
+             "if need.position is not None and need.lineno is not None "
+             "and need.position < committed:",
+             "if False:"),
+]
+
+
+def _run(daemon_dir: Path, args: list[str]) -> tuple[bool, float]:
+    env = dict(os.environ, PYTHONPATH=f"{daemon_dir}{os.pathsep}{REPO / 'tests'}")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=REPO, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return proc.returncode == 0, time.monotonic() - started
+
+
+def check_anchors() -> list[str]:
+    """Mutations whose anchor no longer occurs exactly once (the script would be stale)."""
+    stale = []
+    for m in MUTATIONS:
+        text = (REPO / "daemon" / m.file).read_text(encoding="utf-8")
+        if text.count(m.anchor) != 1:
+            stale.append(m.name)
+    return stale
+
+
+def main() -> int:
+    stale = check_anchors()
+    if stale:
+        print(f"stale anchors: {stale}", file=sys.stderr)
+        return 2
+    ok, seconds = _run(REPO / "daemon", TESTS)
+    if not ok:
+        print("the unmutated suite fails; fix that first", file=sys.stderr)
+        return 2
+    print(f"unmutated: pass ({seconds:.0f} s)\n")
+    print("| planted fault | caught by | seconds |")
+    print("|---|---|---:|")
+    survived = 0
+    for m in MUTATIONS:
+        with tempfile.TemporaryDirectory(prefix="sigwatch-mutant-") as tmp:
+            copy = Path(tmp) / "daemon"
+            shutil.copytree(REPO / "daemon", copy,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            target = copy / m.file
+            target.write_text(target.read_text(encoding="utf-8").replace(
+                m.anchor, m.replacement), encoding="utf-8")
+            passed, seconds = _run(copy, TESTS)
+            caught_by = "" if passed else "fast reliability tests"
+            if passed:
+                passed, more = _run(copy, SLOW_TESTS)
+                seconds += more
+                caught_by = "" if passed else "slow model/chaos tests"
+        survived += passed
+        print(f"| {m.name} | {caught_by or 'SURVIVED'} | {seconds:.0f} |", flush=True)
+    print(f"\n{len(MUTATIONS) - survived} of {len(MUTATIONS)} planted faults caught")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
