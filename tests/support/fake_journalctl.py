@@ -19,7 +19,7 @@ from pathlib import Path
 def _seqnum(cursor: str) -> int:
     for part in cursor.split(";"):
         if part.startswith("i="):
-            return int(part[2:], 16)
+            return int(part.split("=", 1)[1], 16)
     raise SystemExit(f"Failed to seek to cursor: Invalid argument ({cursor})")
 
 
