@@ -29,7 +29,17 @@ from sigwatch.sources.base import (
     StreamOpened,
 )
 
-__all__ = ["Delivered", "SourceDriver"]
+__all__ = ["Delivered", "SourceDriver", "stop_all"]
+
+_LIVE: list[SourceDriver] = []
+
+
+def stop_all() -> None:
+    """Stop every source a driver still runs (a test's teardown: no leaked fds or children)."""
+    while _LIVE:
+        driver = _LIVE.pop()
+        if driver.source is not None:
+            driver.stop()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,8 @@ class SourceDriver:
         self.source.start(self.saved, first_start=first)
         self.streams = {}
         self.lifetimes += 1
+        if self not in _LIVE:
+            _LIVE.append(self)
         return self.source
 
     def snapshot(self) -> Any:
@@ -96,7 +108,10 @@ class SourceDriver:
         return self.start()
 
     def crash(self) -> Source:
-        """Lose everything since the last snapshot (no stop, no new snapshot)."""
+        """Lose everything since the last snapshot (no new snapshot, no events consumed)."""
+        if self.source is not None:
+            for _event in self.source.stop():  # only to release fds and children
+                pass
         self.source = None
         return self.start()
 
@@ -125,10 +140,10 @@ class SourceDriver:
             if left <= 0:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
             fds = getattr(self.source, "fds", lambda: ())()
-            if fds:
-                select.select(list(fds), [], [], min(left, 0.2))
-            else:
-                select.select([], [], [], min(left, 0.02))
+            poller = select.poll()  # not select(): descriptors above 1023 are fine
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+            poller.poll(int(min(left, 0.2 if fds else 0.02) * 1000) + 1)
 
     def _consume(self, event: StreamEvent) -> None:
         if isinstance(event, StreamOpened):

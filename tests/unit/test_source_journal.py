@@ -11,11 +11,11 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.source_driver import SourceDriver
+from support.source_driver import SourceDriver, stop_all
 
 from sigwatch.sources.base import ReplayNeed, Source
 from sigwatch.sources.journal import JournalSource, build_command, entry_lines
@@ -23,6 +23,12 @@ from sigwatch.sources.journal import JournalSource, build_command, entry_lines
 FAKE = str(Path(__file__).resolve().parent.parent / "support" / "fake_journalctl.py")
 T0 = 1_732_096_931.0
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+
+
+@pytest.fixture(autouse=True)
+def _stop_sources() -> Iterator[None]:
+    yield
+    stop_all()
 
 
 class Journal:
@@ -250,4 +256,49 @@ def test_the_real_journal_is_followed_from_a_cursor() -> None:
     d.poll_until(lambda: len(d.delivered) >= 1, timeout=20, what="the newest entry")
 
     assert d.delivered[0].time is not None
+    d.stop()
+
+
+JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
+
+
+def _append_real(directory: Path, index: int, message: str) -> None:
+    """Append one entry to a real journal file (systemd-journal-remote writes the format)."""
+    usec = int((T0 + index) * 1e6)
+    export = directory / f"e{index}.export"
+    export.write_text(f"__REALTIME_TIMESTAMP={usec}\n__MONOTONIC_TIMESTAMP={index * 1000}\n"
+                      "_BOOT_ID=9d19f0531f304fa486b369da6c26fb86\n_SYSTEMD_UNIT=train.service\n"
+                      f"SYSLOG_IDENTIFIER=python3\nMESSAGE={message}\n\n")
+    subprocess.run([JOURNAL_REMOTE, f"--output={directory / 'remote.journal'}", str(export)],
+                   check=True, capture_output=True, timeout=30)
+    export.unlink()
+
+
+@pytest.mark.integration
+def test_real_journalctl_on_real_journal_files_resumes_at_the_cursor(tmp_path: Path) -> None:
+    if shutil.which("journalctl") is None or not Path(JOURNAL_REMOTE).exists():
+        pytest.skip("needs journalctl and systemd-journal-remote (apt install "
+                    "systemd-journal-remote) to write a journal file")
+    store = tmp_path / "journal"
+    store.mkdir()
+    _append_real(store, 1, "step 1 loss 2.3")
+    _append_real(store, 2, XID)
+    d = SourceDriver(lambda: JournalSource("journal", units=["train.service"],
+                                           directory=str(store), backoff=0.0,
+                                           wall_clock=lambda: T0))
+    d.start()
+    d.poll_until(lambda: len(d.delivered) == 2, timeout=20)
+
+    d.snapshot()
+    d.stop()
+    _append_real(store, 3, "written while the daemon was down")
+    d.start()
+    d.poll_until(lambda: len(d.delivered) == 3, timeout=20)
+    _append_real(store, 4, "followed live")
+    d.poll_until(lambda: len(d.delivered) == 4, timeout=20)
+
+    assert ["step 1 loss 2.3", XID, "written while the daemon was down",
+            "followed live"] == d.texts()
+    assert [T0 + i for i in (1, 2, 3, 4)] == [x.time for x in d.delivered]
+    assert [] == d.duplicates()
     d.stop()

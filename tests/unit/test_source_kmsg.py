@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.source_driver import SourceDriver
+from support.source_driver import SourceDriver, stop_all
 
 from sigwatch.sources.base import ReplayNeed, Source
 from sigwatch.sources.kmsg import KmsgSource, parse_record, unescape
 
 BOOT = 1_700_000_000.0
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+
+
+@pytest.fixture(autouse=True)
+def _stop_sources() -> Iterator[None]:
+    yield
+    stop_all()
 
 
 def record(seq: int, text: str, *, usec: int | None = None, pri: int = 3,

@@ -5,14 +5,20 @@ from __future__ import annotations
 import os
 import select
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.source_driver import SourceDriver
+from support.source_driver import SourceDriver, stop_all
 
 from sigwatch.sources.base import Source
 from sigwatch.sources.pipe import PipeSource
+
+
+@pytest.fixture(autouse=True)
+def _stop_sources() -> Iterator[None]:
+    yield
+    stop_all()
 
 
 def within(seconds: float, action: Callable[[], object]) -> object:
@@ -62,9 +68,12 @@ def test_a_fifo_without_a_writer_is_not_readable_so_the_daemon_can_sleep(fifo: P
     os.close(w)
     d.poll()
 
-    readable, _, _ = select.select(list(source.fds()), [], [], 0)  # type: ignore[attr-defined]
+    assert source.fds()  # type: ignore[attr-defined]
+    poller = select.poll()
+    for fd in source.fds():  # type: ignore[attr-defined]
+        poller.register(fd, select.POLLIN)
 
-    assert [] == readable  # a FIFO whose writers left would otherwise read as EOF forever
+    assert [] == poller.poll(0)  # a FIFO whose writers left would otherwise read as EOF forever
     assert ["one"] == d.texts()
 
 

@@ -53,7 +53,9 @@ LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "info", "NOTICE": "info",
           "CRIT": "critical", "CRITICAL": "critical", "FATAL": "critical", "SEVERE": "critical"}
 MAX_ITEMS = 8
 # First characters an envelope item can start with: anything else ends the scan at once.
-_ITEM_START = frozenset("[(0123456789 \t" "JFMASOND" "IWEFTDNCS")  # brackets, digits, months, levels
+_TIME_START = frozenset("[0123456789" "JFMASOND" "IWEF")  # ISO/kernel, syslog months, glog
+_LEVEL_START = frozenset("[TDINWECFS")
+_ITEM_START = _TIME_START | _LEVEL_START | frozenset("( \t")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,12 @@ class NormalizedLine:
     text: str
     time: float | None = None
     level: str | None = None
+
+
+_NOTHING = Prefix()
+# Every rank tag holds one of these; a line without any (in its first characters) has no rank.
+_MAYBE_TAG = re.compile(r"\[(?:rank|default)\d|\]<std|pid=\d|\[Rank \d")
+_ENVELOPE_CHARS = 240
 
 
 def _tag_rank(m: re.Match[str]) -> str:
@@ -99,29 +107,38 @@ def parse_prefix(text: str, *, want_time: bool = False, year_hint: int | None = 
     ``want_time`` computes the timestamp's value (calendar arithmetic that the matching hot
     path does not need); ``year_hint``/``tz`` complete stamps without a year or a zone.
     """
+    if not text or text[0] not in _ITEM_START:
+        return _NOTHING  # most lines: one set lookup
     ranks: list[str] = []
-    stamp: float | None = None
-    level: str | None = None
-    found_time = False
-    end = 0
-    pos = 0
+    pos = end = 0
     m = SRUN_RE.match(text)
     if m and int(m.group(1)) <= SRUN_MAX_TASK:
         ranks.append(m.group(1))
         pos = end = m.end()
+    elif not want_time and _MAYBE_TAG.search(text, 0, _ENVELOPE_CHARS) is None:
+        return _NOTHING  # the matching path wants the rank only, and there is none
+    stamp: float | None = None
+    level: str | None = None
+    found_time = False
     n = len(text)
     for _ in range(MAX_ITEMS):
-        if pos >= n or text[pos] not in _ITEM_START:
+        while pos < n and text[pos] in " \t":
+            pos += 1
+        if pos >= n:
             break
-        tag = TAG_RE.match(text, pos)
-        if tag:
-            ranks.append(_tag_rank(tag))
-            pos = end = tag.end()
-            continue
-        if not found_time:
+        c = text[pos]
+        if c not in _ITEM_START:
+            break
+        if c in "[(":
+            tag = TAG_RE.match(text, pos)
+            if tag:
+                ranks.append(_tag_rank(tag))
+                pos = end = tag.end()
+                continue
+        if not found_time and c in _TIME_START:
             ts = match_timestamp(text, pos, year_hint, tz=tz, want_time=want_time)
             closed = True
-            if ts is None and text[pos] == "[":
+            if ts is None and c == "[":
                 ts = match_timestamp(text, pos + 1, year_hint, tz=tz, want_time=want_time)
                 closed = ts is not None and ts.end < n and text[ts.end] == "]"
             if ts is not None:
@@ -133,17 +150,15 @@ def parse_prefix(text: str, *, want_time: bool = False, year_hint: int | None = 
                 pos = ts.end + (1 if text[ts.end:ts.end + 1] == "]" else 0)
                 pos = _skip_sep(text, pos)
                 continue
-        lv = LEVEL_RE.match(text, pos)
-        if lv and level is None:
-            level = LEVELS[lv.group("level")]
-            pos = _skip_sep(text, lv.end())
-            where = WHERE_RE.match(text, pos)
-            if where:
-                pos = _skip_sep(text, where.end())
-            continue
-        if text[pos] in " \t":
-            pos += 1
-            continue
+        if level is None and c in _LEVEL_START:
+            lv = LEVEL_RE.match(text, pos)
+            if lv:
+                level = LEVELS[lv.group("level")]
+                pos = _skip_sep(text, lv.end())
+                where = WHERE_RE.match(text, pos)
+                if where:
+                    pos = _skip_sep(text, where.end())
+                continue
         break
     return Prefix("/".join(ranks) if ranks else None, stamp, level, end)
 
