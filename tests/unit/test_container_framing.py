@@ -163,3 +163,15 @@ def test_a_cri_line_split_over_partial_records_gives_one_detection_with_the_whol
     assert 1 == len(oom), [d.signature for d in found]
     assert OOM_HEAD + OOM_TAIL == oom[0].text
     assert len(cri("stdout", "F", "epoch 3 step 120")) == oom[0].offset
+
+
+def test_reset_forgets_pending_records_like_a_line_framer() -> None:
+    framer = ContainerFramer()
+    framer.feed(cri("stderr", "P", "old content ") + b"2024-11-20T10:02")
+    assert 0 < framer.pending_bytes
+
+    framer.reset(0)
+    lines = framer.feed(cri("stdout", "F", "new content"))
+
+    assert ["new content"] == texts(lines)
+    assert (0, 0) == (lines[0].offset, framer.pending_bytes)

@@ -14,7 +14,8 @@ of the line's *first* record and timed by it, tagged ``stdout``/``stderr``. Part
 joined per stream (stdout and stderr interleave in one file); a line that completes while an
 earlier line of the other stream is still partial waits for it, so positions only grow.
 ``committed_offset`` is where a restart must resume: the first record of any line not handed
-out yet. The format is recognised from the first line (``auto``) or forced; a line that is
+out yet. ``feed``/``finish``/``reset``/``committed_offset``/``pending_bytes`` mirror
+``LineFramer``, so a file stream can use either. The format is recognised from the first line (``auto``) or forced; a line that is
 not a record of that format passes through as it is (and is counted).
 """
 
@@ -95,6 +96,17 @@ class ContainerFramer:
         starts = [p.offset for p in self._partials.values()]
         starts += [s.offset for s in self._held]
         return min([*starts, self.lines.committed_offset])
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes read but not handed out yet (a partial record, partial or waiting lines)."""
+        return self.lines.committed_offset - self.committed_offset + self.lines.pending_bytes
+
+    def reset(self, offset: int) -> None:
+        """Forget everything pending and continue from ``offset`` (truncation, rotation)."""
+        self.lines.reset(offset)
+        self._partials.clear()
+        self._held.clear()
 
     def feed(self, data: bytes) -> list[TimedSegment]:
         """The next bytes of the file; returns the whole lines they complete."""

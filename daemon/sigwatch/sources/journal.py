@@ -168,6 +168,9 @@ class JournalSource:
         self.on_suppressed = on_suppressed
         self.on_error = on_error
         self.wall_clock = wall_clock or time.time
+        # What the stream holds, for sigwatch.patterns.kinds: the kernel's messages, some
+        # units' or programs' output, or everything.
+        self.content = "kernel" if kernel else ("job" if units or identifiers else "mixed")
         what = ",".join(self.units + self.identifiers) or ("kernel" if kernel else "all")
         self.info = StreamInfo(name, f"journal:{what}", f"journal:{name}:{what}")
         self.progress = Progress()

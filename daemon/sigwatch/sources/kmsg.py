@@ -122,6 +122,7 @@ class KmsgSource:
     """
 
     kind = "kmsg"
+    content = "kernel"  # for sigwatch.patterns.kinds.content_of (the fallback is kernel too)
 
     def __init__(self, name: str = "kernel", *, path: str = DEVICE,
                  boot_id_path: str = BOOT_ID, boot_time: float | None = None,

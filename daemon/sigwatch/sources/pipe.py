@@ -60,6 +60,7 @@ class PipeSource:
         self.name = name
         self.path = path
         self.kind = kind
+        self.content = "job"  # for sigwatch.patterns.kinds.content_of
         self.max_line_bytes = max_line_bytes
         self.max_bytes = max_bytes_per_poll
         self.poll_interval = poll_interval
