@@ -2,7 +2,8 @@
 
 Codes are stable so they can be referred to: P001 schema, P002 identity, P003 regex, P004
 examples cover every step, P005 keywords honest, P006 catastrophic backtracking, P007 anchoring,
-P008 wording, P009 references, P010 labels, P011 remediation, P012 examples pass.
+P008 wording, P009 references, P010 labels, P011 remediation, P012 examples pass, P013 source
+kinds.
 """
 
 from __future__ import annotations
@@ -135,6 +136,11 @@ def _lint_signature(sig: CompiledSignature, strict: bool) -> list[Finding]:
         if key not in ALLOWED_LABELS:
             add("P010", f"labels.{key}", f"label key not allowed (allowed: "
                 f"{', '.join(sorted(ALLOWED_LABELS))})")
+    kinds = list(sig.raw.sources) if hasattr(sig.raw, "sources") else ["any"]
+    if "any" in kinds and len(kinds) > 1:
+        add("P013", "sources", '"any" already covers every kind: list it alone')
+    if len(set(kinds)) != len(kinds):
+        add("P013", "sources", "a kind is listed twice")
     if sig.severity.label in ("error", "critical") and not sig.remediation.summary:
         add("P011", "remediation.summary", "error and critical signatures must carry the fix")
     return out

@@ -72,6 +72,7 @@ class CompiledSignature:
     known_false_positives: tuple[tuple[str, str], ...]
     path: Path
     raw: Any  # the validated SignatureFile, for lint and `patterns show`
+    sources: frozenset[str] = frozenset({"any"})  # stream kinds it applies to (kinds.applies)
 
     @property
     def action(self) -> str:

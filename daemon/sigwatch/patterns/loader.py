@@ -110,6 +110,7 @@ def compile_signature(raw: SignatureFile, path: Path) -> CompiledSignature:
         known_false_positives=tuple((k.text, k.reason) for k in raw.known_false_positives),
         path=path,
         raw=raw,
+        sources=frozenset(raw.sources),
     )
 
 

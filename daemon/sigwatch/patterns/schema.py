@@ -27,6 +27,11 @@ Action = Literal[
     "upgrade_library", "fix_environment", "investigate", "none",
 ]
 SLUG = r"^[a-z][a-z0-9_]{2,63}$"
+SourceKind = Literal["kernel", "job", "any"]
+
+
+def _any_source() -> list[SourceKind]:
+    return ["any"]
 
 
 class _Strict(BaseModel):
@@ -101,6 +106,9 @@ class SignatureFile(_Strict):
     references: list[str] = Field(default_factory=list)
     falsepositives: list[str] = Field(default_factory=list)
     supersedes: list[str] = Field(default_factory=list)
+    # Which kinds of stream it applies to: "kernel" (kmsg, the journal's kernel messages),
+    # "job" (training logs, stderr, containers), or "any". See sigwatch.patterns.kinds.
+    sources: list[SourceKind] = Field(default_factory=_any_source, min_length=1)
     collateral: CollateralSpec | None = None
     match: MatchSpec
     context: ContextSpec = Field(default_factory=ContextSpec)
