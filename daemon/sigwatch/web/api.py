@@ -42,7 +42,7 @@ _ID_CHARS = frozenset("0123456789abcdef")
 class Router(Protocol):
     """What ``mount`` needs of the application."""
 
-    def add_route(self, template: str, handler: Any, methods: Iterable[str] = ...,  # noqa: ANN401
+    def add_route(self, template: str, handler: Any, methods: Iterable[str] = ...,
                   ) -> None: ...
 
 
@@ -102,7 +102,7 @@ def parse_detection_query(pairs: Iterable[tuple[str, str]]) -> DetectionQuery:
         severities=frozenset(severities),
         signature=seen.get("signature", "").strip(),
         source=seen.get("source", "").strip(),
-        limit=_int_param(seen, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT),
+        limit=_int_param(seen, "limit", None, 1, MAX_LIMIT) or DEFAULT_LIMIT,
         cursor=_int_param(seen, "cursor", None, 1, 2**62),
     )
 
@@ -121,7 +121,7 @@ def _int_param(seen: dict[str, str], key: str, default: int | None, low: int, hi
 
 def valid_event_id(text: str) -> bool:
     """Event ids are 24 lowercase hex digits (``Detection.event_id``)."""
-    return len(text) == 24 and set(text) <= _ID_CHARS  # noqa: PLR2004
+    return len(text) == 24 and set(text) <= _ID_CHARS
 
 
 def mount(app: Router, store: DetectionStore, status: StatusProvider) -> None:

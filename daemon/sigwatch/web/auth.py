@@ -110,7 +110,7 @@ class PasswordHash:
         return bool(_bcrypt().checkpw(secret, self.text.encode("ascii")))
 
 
-def _bcrypt() -> Any:  # noqa: ANN401 - an optional module without a stub here
+def _bcrypt() -> Any:
     try:
         return importlib.import_module("bcrypt")
     except ImportError:
@@ -124,20 +124,20 @@ def parse_hash(text: str) -> PasswordHash:
     parts = text.split("$")
     if text.startswith(("$2a$", "$2b$", "$2y$")):
         _bcrypt()
-        if len(text) != 60:  # noqa: PLR2004 - bcrypt's fixed length
+        if len(text) != 60:
             msg = "a bcrypt hash is 60 characters long"
             raise PasswordHashError(msg)
         return PasswordHash("bcrypt", text)
-    if len(parts) == 5 and parts[0] == "" and parts[1] == "pbkdf2-sha256":  # noqa: PLR2004
+    if len(parts) == 5 and parts[0] == "" and parts[1] == "pbkdf2-sha256":
         if not parts[2].isdigit() or not 1 <= int(parts[2]) <= _MAX_ROUNDS:
             msg = f"pbkdf2-sha256 rounds must be a number from 1 to {_MAX_ROUNDS}"
             raise PasswordHashError(msg)
         salt, digest = _b64decode(parts[3]), _b64decode(parts[4])
-        if len(digest) < 16:  # noqa: PLR2004
+        if len(digest) < 16:
             msg = "the pbkdf2-sha256 hash is too short"
             raise PasswordHashError(msg)
         return PasswordHash("pbkdf2-sha256", text, salt, digest, rounds=int(parts[2]))
-    if len(parts) == 5 and parts[0] == "" and parts[1] == "scrypt":  # noqa: PLR2004
+    if len(parts) == 5 and parts[0] == "" and parts[1] == "scrypt":
         try:
             params = dict(p.split("=", 1) for p in parts[2].split(","))
             ln, r, p = int(params["ln"]), int(params["r"]), int(params["p"])
@@ -149,7 +149,7 @@ def parse_hash(text: str) -> PasswordHash:
                    f"p 1-{_MAX_SCRYPT_P})")
             raise PasswordHashError(msg)
         salt, digest = _b64decode(parts[3]), _b64decode(parts[4])
-        if len(digest) < 16:  # noqa: PLR2004
+        if len(digest) < 16:
             msg = "the scrypt hash is too short"
             raise PasswordHashError(msg)
         return PasswordHash("scrypt", text, salt, digest, scrypt_n=1 << ln, scrypt_r=r,

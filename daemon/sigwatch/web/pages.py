@@ -298,7 +298,8 @@ class _Pages:
         rows.extend((f"Capture {e(k)}", f'<span class="mono">{e(v)}</span>')
                     for k, v in d.captures)
         rows.extend((f"Label {e(k)}", e(v)) for k, v in d.labels)
-        rows.append(("Event id", f'<span class="mono">{e(d.event_id)}</span> '
-                     f'(<a href="/api/v1/detections/{e(d.event_id)}">JSON</a>)'))
+        event = (f'<span class="mono">{e(d.event_id)}</span> '
+                 f'(<a href="/api/v1/detections/{e(d.event_id)}">JSON</a>)')
+        rows.append(("Event id", event))
         dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
         return f'<h2>Details</h2><dl class="meta">{dl}</dl>'

@@ -26,7 +26,7 @@ __all__ = [
 MAX_QUERY_FIELDS = 50
 
 
-class BadRequest(Exception):  # noqa: N818 - named after the status it becomes
+class BadRequest(Exception):
     """A request the client must fix: ``parameter`` names the culprit (may be empty)."""
 
     def __init__(self, message: str, parameter: str = "") -> None:
@@ -65,7 +65,7 @@ def text_response(status: int, text: str, headers: list[tuple[str, str]] | None 
     return Response(status, text.encode("utf-8"), "text/plain; charset=utf-8", headers or [])
 
 
-def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None = None,  # noqa: ANN401
+def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None = None,
                   ) -> Response:
     body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return Response(status, body, "application/json; charset=utf-8", headers or [])

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal, cast
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 from wsgiref.types import WSGIApplication
 
@@ -142,16 +142,16 @@ def parse_listen(text: str) -> ListenAddress:
         if host and not _valid_hostname(host):
             msg = f"{text!r}: {host!r} is not a host name or address"
             raise ListenAddressError(msg)
-    if not port_text.isascii() or not port_text.isdigit() or int(port_text) > 65535:  # noqa: PLR2004
+    if not port_text.isascii() or not port_text.isdigit() or int(port_text) > 65535:
         msg = f"{text!r}: the port must be a number from 0 to 65535"
         raise ListenAddressError(msg)
     return ListenAddress(host, int(port_text))
 
 
 def _valid_hostname(host: str) -> bool:
-    if len(host) > 253 or not host.isascii():  # noqa: PLR2004
+    if len(host) > 253 or not host.isascii():
         return False
-    return all(part and len(part) <= 63 and part.replace("-", "").isalnum()  # noqa: PLR2004
+    return all(part and len(part) <= 63 and part.replace("-", "").isalnum()
                for part in host.split("."))
 
 
@@ -160,7 +160,7 @@ def _resolve(address: ListenAddress) -> tuple[socket.AddressFamily, tuple[Any, .
     if address.all_interfaces:
         if socket.has_dualstack_ipv6():
             return socket.AF_INET6, ("::", address.port), True
-        return socket.AF_INET, ("0.0.0.0", address.port), False  # noqa: S104 - asked for ":PORT"
+        return socket.AF_INET, ("0.0.0.0", address.port), False
     try:
         infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
@@ -340,11 +340,11 @@ class _DeadlineIO(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:  # noqa: ANN401 - io's own signature
+    def readinto(self, buffer: Any) -> int:
         self._arm()
         return self._sock.recv_into(buffer)
 
-    def write(self, data: Any) -> int:  # noqa: ANN401 - io's own signature
+    def write(self, data: Any) -> int:
         view = memoryview(data)
         total = len(view)
         while view:
@@ -372,7 +372,7 @@ class _LogStderr:
 class _Handler(WSGIRequestHandler):
     """wsgiref's handler, reading and writing through the deadline-aware stream."""
 
-    server: _PooledServer  # type: ignore[assignment]
+    server: _PooledServer
     server_version = "sigwatch"
     sys_version = ""
     _raw: _DeadlineIO
@@ -401,7 +401,7 @@ class _Handler(WSGIRequestHandler):
     def _handle_one(self) -> None:
         """``WSGIRequestHandler.handle`` with our ``ServerHandler`` (no version banner)."""
         self.raw_requestline = self.rfile.readline(65537)
-        if len(self.raw_requestline) > 65536:  # noqa: PLR2004 - wsgiref's own limit
+        if len(self.raw_requestline) > 65536:
             self.requestline = ""
             self.request_version = ""
             self.command = ""
@@ -409,8 +409,9 @@ class _Handler(WSGIRequestHandler):
             return
         if not self.parse_request():
             return
-        handler = _ServerHandler(self.rfile, self.wfile, self.get_stderr(), self.get_environ(),
-                                 multithread=True)
+        handler = _ServerHandler(cast("IO[bytes]", self.rfile), cast("IO[bytes]", self._raw),
+                                 self.get_stderr(),
+                                 self.get_environ(), multithread=True)
         handler.request_handler = self  # type: ignore[attr-defined] # wsgiref's back-pointer
         handler.run(self.server.get_app())  # type: ignore[arg-type]
 
@@ -418,10 +419,10 @@ class _Handler(WSGIRequestHandler):
         if self._stderr.parts:
             log.warning("http_handler_error", detail="".join(self._stderr.parts).strip())
 
-    def get_stderr(self) -> Any:  # noqa: ANN401 - wsgiref's own signature is untyped
+    def get_stderr(self) -> Any:
         return self._stderr
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002, ANN401
+    def log_message(self, format: str, *args: Any) -> None:
         """Requests are not logged: a scrape every 15 s would drown the daemon's log."""
         _ = format, args
 
@@ -471,12 +472,12 @@ class _PooledServer(WSGIServer):
     def note(self, event: ServerEvent) -> None:
         try:
             self.on_event(event)
-        except Exception:  # noqa: BLE001 - a metrics callback must never break serving
+        except Exception:
             log.exception("http_event_callback_failed")
 
     # -- accepting thread ----------------------------------------------------------------------
 
-    def process_request(self, request: Any, client_address: Any) -> None:  # noqa: ANN401
+    def process_request(self, request: Any, client_address: Any) -> None:
         if self._slots.acquire(blocking=False):
             self._work.put((request, client_address))
             return
@@ -520,7 +521,7 @@ class _PooledServer(WSGIServer):
             finally:
                 self._slots.release()
 
-    def _serve(self, sock: socket.socket, address: Any) -> None:  # noqa: ANN401
+    def _serve(self, sock: socket.socket, address: Any) -> None:
         conn = _Connection(sock, time.monotonic() + self.limits.request_timeout)
         with self._active_lock:
             self._active.add(sock)
@@ -529,7 +530,7 @@ class _PooledServer(WSGIServer):
                 conn.sock = self._handshake(sock, conn.deadline)
                 with self._active_lock:
                     self._active.add(conn.sock)
-            self.RequestHandlerClass(conn, address, self)
+            _Handler(cast("socket.socket", conn), address, self)  # setup() unpacks it
         except TimeoutError:
             self.note("timeout")
         except ssl.SSLError as exc:
@@ -537,7 +538,7 @@ class _PooledServer(WSGIServer):
             log.debug("tls_handshake_failed", reason=exc.reason)
         except OSError:
             self.note("disconnect")
-        except Exception:  # noqa: BLE001 - one bad request must not kill a worker
+        except Exception:
             log.exception("http_worker_error")
         finally:
             with self._active_lock:
@@ -546,7 +547,7 @@ class _PooledServer(WSGIServer):
             _linger_close(conn.sock, conn.deadline)
 
     def _handshake(self, sock: socket.socket, deadline: float) -> socket.socket:
-        assert self.tls is not None  # noqa: S101 - only called with TLS on
+        assert self.tls is not None
         tls_sock = self.tls.get().wrap_socket(sock, server_side=True,
                                               do_handshake_on_connect=False)
         try:
@@ -664,11 +665,25 @@ class WebServer:
         server, self._server = self._server, None
         if server is None:
             return
-        server.shutdown()
+        stopper = threading.Thread(target=server.shutdown, name="sigwatch-http-stop")
+        stopper.start()
+        self._poke(int(server.server_address[1]))  # wake the accept loop now instead of at its next poll
+        stopper.join(timeout)
         server.server_close()
         server.stop_threads(timeout)
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def _poke(self, port: int) -> None:
+        """Connect to ourselves once: the accept loop wakes and sees the stop request."""
+        hosts = [self.listen.host] if self.listen.host not in {"", "::", "0.0.0.0"} else [
+            "127.0.0.1", "::1"]
+        for host in hosts:
+            try:
+                with socket.create_connection((host, port), 1.0):
+                    return
+            except OSError:
+                continue
 
     @property
     def port(self) -> int:

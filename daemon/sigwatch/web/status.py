@@ -63,7 +63,7 @@ class Liveness:
             last = self._last
         return None if last is None else self._clock.monotonic() - last
 
-    def set_ready(self, ready: bool = True, reason: str = "") -> None:  # noqa: FBT001, FBT002
+    def set_ready(self, ready: bool = True, reason: str = "") -> None:
         """Mark ready (first scan done, patterns loaded) or not ready, saying why."""
         with self._lock:
             self._ready = ready
@@ -152,7 +152,7 @@ class _HasSignatureFields(Protocol):
     @property
     def labels(self) -> tuple[tuple[str, str], ...]: ...
     @property
-    def remediation(self) -> Any: ...  # noqa: ANN401 - model.Remediation
+    def remediation(self) -> Any: ...
 
 
 def signature_infos(signatures: Iterable[_HasSignatureFields]) -> list[SignatureInfo]:

@@ -26,6 +26,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -114,9 +115,7 @@ def _opt_int(value: object) -> int | None:
 
 
 def _parse_time(text: str) -> float:
-    from datetime import datetime  # noqa: PLC0415 - only for documents without a raw time
-
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()
 
 
 def _record(seq: int, d: Detection) -> str:
@@ -319,7 +318,7 @@ class DetectionStore:
             try:
                 if self._file is None:
                     self._open_locked()
-                assert self._file is not None  # noqa: S101 - _open_locked sets it or raises
+                assert self._file is not None
                 self._file.write(text)
                 self._file.flush()  # to the kernel now: a crash of the process loses nothing
                 self._dirty = True
@@ -331,13 +330,13 @@ class DetectionStore:
                 self._compact_locked()
 
     def _open_locked(self) -> None:
-        assert self.path is not None  # noqa: S101
+        assert self.path is not None
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._file = os.fdopen(fd, "a", encoding="utf-8")
 
     def _compact_locked(self) -> bool:
         """Rewrite the file with exactly the ring's content, atomically; False if it failed."""
-        assert self.path is not None  # noqa: S101
+        assert self.path is not None
         with self._lock:
             snapshot = list(self._items.values())
         tmp = self.path.with_name(self.path.name + ".tmp")
