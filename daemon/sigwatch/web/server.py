@@ -457,6 +457,7 @@ class _PooledServer(WSGIServer):
         self._active: set[socket.socket] = set()
         self._active_lock = threading.Lock()
         self.threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
         super().__init__(sockaddr, _Handler, bind_and_activate=True)
 
     def server_bind(self) -> None:
@@ -497,6 +498,7 @@ class _PooledServer(WSGIServer):
         self.threads.append(t)
 
     def stop_threads(self, timeout: float) -> None:
+        self._stopping.set()  # queued connections are closed, not served
         for _ in range(self.limits.workers):
             self._work.put(None)
         self._reject.put(None)
@@ -517,7 +519,10 @@ class _PooledServer(WSGIServer):
                 return
             sock, address = item
             try:
-                self._serve(sock, address)
+                if self._stopping.is_set():
+                    _close(sock)
+                else:
+                    self._serve(sock, address)
             finally:
                 self._slots.release()
 
@@ -569,6 +574,9 @@ class _PooledServer(WSGIServer):
             sock = self._reject.get()
             if sock is None:
                 return
+            if self._stopping.is_set():
+                _close(sock)
+                continue
             deadline = time.monotonic() + _REJECT_SECONDS
             out = sock
             try:
