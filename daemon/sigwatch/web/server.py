@@ -221,17 +221,24 @@ def build_ssl_context(config: TLSConfig) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = (ssl.TLSVersion.TLSv1_3 if config.min_version == "TLS13"
                            else ssl.TLSVersion.TLSv1_2)
+    for name in ("cert_file", "key_file", "client_ca_file"):
+        path = getattr(config, name)
+        if path is None:
+            continue
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            msg = f"TLS: cannot read {name} {path}: {(exc.strerror or str(exc)).lower()}"
+            raise TLSError(msg) from None
     try:
         ctx.load_cert_chain(config.cert_file, config.key_file)
-    except FileNotFoundError as exc:
-        msg = f"TLS: cannot read {exc.filename}: no such file"
-        raise TLSError(msg) from None
-    except PermissionError as exc:
-        msg = f"TLS: cannot read {exc.filename}: permission denied"
-        raise TLSError(msg) from None
     except ssl.SSLError as exc:
         msg = (f"TLS: {config.cert_file} and {config.key_file} are not a matching PEM "
                f"certificate and key ({exc.reason or exc})")
+        raise TLSError(msg) from None
+    except OSError as exc:
+        msg = f"TLS: cannot read {config.cert_file} or {config.key_file}: {exc.strerror}"
         raise TLSError(msg) from None
     if config.client_auth_type != "NoClientCert":
         if config.client_ca_file is None:
@@ -314,7 +321,15 @@ _BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset
          b"server busy, retry later.\n")
 _TIMEOUT = (b"HTTP/1.0 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\n"
             b"Connection: close\r\nContent-Length: 17\r\n\r\nrequest too slow\n")
+_PLAIN_ON_TLS = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                 b"Connection: close\r\n\r\n"
+                 b"This port speaks TLS: use https://, not http://.\n")
 _REJECT_SECONDS = 1.0
+_TLS_HANDSHAKE_RECORD = 0x16
+
+
+class _PlainHTTPOnTLS(OSError):
+    """A client spoke clear-text HTTP to the TLS listener (it was told so)."""
 
 
 class _DeadlineIO(io.RawIOBase):
@@ -541,6 +556,8 @@ class _PooledServer(WSGIServer):
         except ssl.SSLError as exc:
             self.note("tls_error")
             log.debug("tls_handshake_failed", reason=exc.reason)
+        except _PlainHTTPOnTLS:
+            self.note("tls_error")
         except OSError:
             self.note("disconnect")
         except Exception:
@@ -553,6 +570,11 @@ class _PooledServer(WSGIServer):
 
     def _handshake(self, sock: socket.socket, deadline: float) -> socket.socket:
         assert self.tls is not None
+        sock.settimeout(min(self.limits.idle_timeout, max(0.01, deadline - time.monotonic())))
+        first = sock.recv(1, socket.MSG_PEEK)
+        if first and first[0] != _TLS_HANDSHAKE_RECORD:
+            sock.sendall(_PLAIN_ON_TLS)  # as Go's servers do: say why instead of a reset
+            raise _PlainHTTPOnTLS
         tls_sock = self.tls.get().wrap_socket(sock, server_side=True,
                                               do_handshake_on_connect=False)
         try:
