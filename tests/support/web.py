@@ -121,8 +121,11 @@ def engine_store(library: PatternSet, store: DetectionStore) -> list[Detection]:
     return engine_detections(library, sinks=[StatusPageSink(store)])
 
 
-def status_for(library: PatternSet) -> StaticStatus:
+def status_for(library: PatternSet, open_incidents: list[Detection] | None = None,
+               ) -> StaticStatus:
+    """Two sources (a file source and the kernel log) and the library's signatures."""
     return StaticStatus(
+        open_incidents=open_incidents or [],
         sources=[SourceStatus("training", "file", 3, 120_345, 9_876_543, 0, "bytes",
                               NOW - 2, 0),
                  SourceStatus("kernel", "kmsg", 1, 4_210, 401_000, None, "none", None, 2)],
