@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.web import engine_store, make_detection, status_for
 
 from sigwatch.model import Severity
 from sigwatch.web.store import DetectionStore
-from support.web import engine_store, make_detection, status_for
 
 
 def _filled(count: int = 7) -> DetectionStore:

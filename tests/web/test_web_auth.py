@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from pydantic import ValidationError
+from support.web import basic
 
 from sigwatch.web.auth import (
     HASH_ONE_LINER,
@@ -18,7 +19,6 @@ from sigwatch.web.auth import (
     parse_hash,
 )
 from sigwatch.web.settings import WebSettings
-from support.web import basic
 
 FAST = 1000  # PBKDF2 rounds for tests; the default is 600,000
 

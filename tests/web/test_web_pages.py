@@ -5,10 +5,10 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 import pytest
+from support.web import engine_store, make_detection, status_for
 
 from sigwatch.model import Remediation, RootCause, Severity
 from sigwatch.web.store import DetectionStore
-from support.web import engine_store, make_detection, status_for
 
 
 class _Tags(HTMLParser):

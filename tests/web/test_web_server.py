@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from support.web import request
 
 from sigwatch.errors import SigwatchError
 from sigwatch.web.server import (
@@ -18,7 +19,6 @@ from sigwatch.web.server import (
     check_bind,
     parse_listen,
 )
-from support.web import request
 
 
 def _read_all(sock: socket.socket, limit: float) -> bytes:

@@ -6,9 +6,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+from support.web import engine_store, make_detection
+
 from sigwatch.model import RootCause, Severity
 from sigwatch.web.store import DetectionStore, StatusPageSink, detection_from_json
-from support.web import engine_store, make_detection
 
 
 class TestRing:

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.web import request
 
 from sigwatch.web.server import TLSConfig, TLSError, WebServer, build_ssl_context
-from support.web import request
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
                                 reason="the openssl command is not installed")

@@ -81,6 +81,7 @@ table.cards thead{display:none}
 table.cards,table.cards tbody,table.cards tr,table.cards td{display:block;width:100%}
 table.cards tr{border:1px solid var(--line);border-radius:.3rem;margin:.5rem 0;padding:.3rem}
 table.cards td{border:0;padding:.15rem .3rem}
+table.cards td.num{text-align:left}
 table.cards td[data-label]::before{content:attr(data-label) ": ";color:var(--muted);
 font-size:.8rem}
 dl.meta{grid-template-columns:1fr}dl.meta dd{margin-bottom:.3rem}
