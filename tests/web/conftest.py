@@ -26,7 +26,8 @@ def _serve() -> Iterator[ServeFactory]:
     def start(*, store: DetectionStore | None = None, status: StaticStatus | None = None,
               limits: ServerLimits | None = None, tls: TLSConfig | None = None,
               auth: Any = None, listen: str = "127.0.0.1:0",
-              registry: CollectorRegistry | None = None) -> Served:
+              registry: CollectorRegistry | None = None,
+              on_event: Any = None) -> Served:
         clock = FakeClock(NOW)
         liveness = Liveness(clock, max_silence=30)
         registry = registry or CollectorRegistry()
@@ -34,7 +35,7 @@ def _serve() -> Iterator[ServeFactory]:
         app = WebApp(registry=registry, liveness=liveness,
                      status=status if status is not None else StaticStatus(),
                      store=store, auth=auth, clock=clock, node="node7")
-        server = WebServer(app, listen, tls=tls, limits=limits)
+        server = WebServer(app, listen, tls=tls, limits=limits, on_event=on_event)
         server.start()
         servers.append(server)
         return Served(server, app, store, liveness, clock, registry)

@@ -62,6 +62,9 @@ def test_on_call_sees_the_detections_their_context_and_fix_and_no_script_runs(
     assert SCRIPT in listing  # the markup is shown as text...
     assert "PWNED" not in browser.title  # ...and never ran
     assert browser.alert_text() is None
+    # the inline stylesheet is allowed by its CSP hash: a stale hash would leave it unstyled
+    assert "rgb(255, 255, 255)" == browser.run(
+        "return getComputedStyle(document.querySelector('.sev')).color")
     browser.screenshot(ARTIFACTS / "desktop-index.png")
 
     browser.click(f'table.detections td[data-label="Signature"] a[href="/detections/'

@@ -7,9 +7,11 @@ import threading
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry
 from support.web import request
 
 from sigwatch.errors import SigwatchError
+from sigwatch.telemetry.metrics import SelfMetrics
 from sigwatch.web.server import (
     BindError,
     ListenAddress,
@@ -193,6 +195,32 @@ class TestSlowClients:
         assert answer.startswith(b"HTTP/1.0 408")
         assert 1.4 < took < 4
         assert 200 == _get_once_free(s.base, "/metrics")
+
+
+class TestCounted:
+    def test_dropped_connections_are_counted_by_reason(self, serve) -> None:
+        """Wired to the catalogue's counter: a 503 counts as busy, a cut-off as timeout; every
+        reason exists at zero from the start."""
+        registry = CollectorRegistry()
+        metrics = SelfMetrics(registry, "test")
+        s = serve(limits=ServerLimits(workers=1, queue=0, request_timeout=5, idle_timeout=0.5),
+                  registry=registry,
+                  on_event=lambda why: metrics.http_connections_dropped.labels(why).inc())
+        at_start = {r: registry.get_sample_value("sigwatch_http_connections_dropped_total",
+                                                 {"reason": r})
+                    for r in ("busy", "timeout", "tls_error", "disconnect")}
+        with socket.create_connection(("127.0.0.1", s.server.port)) as slow:
+            slow.sendall(b"GET / HTTP/1.1\r\n")
+            with socket.create_connection(("127.0.0.1", s.server.port)) as extra:
+                extra.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert _read_all(extra, 5).startswith(b"HTTP/1.0 503")
+            assert _read_all(slow, 5).startswith(b"HTTP/1.0 408")
+
+        after = {r: registry.get_sample_value("sigwatch_http_connections_dropped_total",
+                                              {"reason": r}) for r in ("busy", "timeout")}
+
+        assert {"busy": 0.0, "timeout": 0.0, "tls_error": 0.0, "disconnect": 0.0} == at_start
+        assert {"busy": 1.0, "timeout": 1.0} == after
 
 
 class TestStop:

@@ -47,6 +47,7 @@ __all__ = [
     "BindError",
     "ListenAddress",
     "ListenAddressError",
+    "ServerEvent",
     "ServerLimits",
     "TLSConfig",
     "TLSError",
