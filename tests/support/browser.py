@@ -94,7 +94,7 @@ class Browser:
         chromium, driver = ensure_chromium()
         self.port = _free_port()
         self._log = log.open("wb")
-        self.process = subprocess.Popen(  # noqa: S603 - fixed arguments
+        self.process = subprocess.Popen(
             [driver, f"--port={self.port}", "--allowed-ips=127.0.0.1",
              f"--log-path={log.with_suffix('.driver.log')}"],
             stdout=self._log, stderr=subprocess.STDOUT)
@@ -119,12 +119,12 @@ class Browser:
     # -- protocol ------------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, body: object | None = None,
-              timeout: float = 60.0) -> Any:  # noqa: ANN401
+              timeout: float = 60.0) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method,  # noqa: S310
+        req = urllib.request.Request(self.base + path, data=data, method=method,
                                      headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return json.loads(resp.read())["value"]
         except urllib.error.HTTPError as exc:
             doc = json.loads(exc.read() or b"{}").get("value", {})
@@ -198,7 +198,7 @@ class Browser:
                 return None
             raise
 
-    def run(self, script: str) -> Any:  # noqa: ANN401
+    def run(self, script: str) -> Any:
         """Run JavaScript through WebDriver (not subject to the page's CSP)."""
         return self._call("POST", self._s("/execute/sync"), {"script": script, "args": []})
 

@@ -18,7 +18,9 @@ from sigwatch.web.auth import (
     hash_password,
     parse_hash,
 )
-from sigwatch.web.settings import WebSettings
+from sigwatch.web.pages import detection_url
+from sigwatch.web.server import parse_listen
+from sigwatch.web.settings import WebSettings, exposure_warning
 
 FAST = 1000  # PBKDF2 rounds for tests; the default is 600,000
 
@@ -152,3 +154,24 @@ class TestSettings:
         """A typo such as tls_config is caught, as everywhere in the config."""
         with pytest.raises(ValidationError):
             WebSettings.model_validate({"tls_config": {}})
+
+
+class TestExposure:
+    @pytest.mark.parametrize(("listen", "tls", "auth", "warned"), [
+        ("127.0.0.1:9750", False, False, False),
+        ("[::1]:9750", False, False, False),
+        (":9750", False, False, True),
+        (":9750", True, False, True),
+        ("10.0.0.7:9750", True, True, False),
+    ])
+    def test_a_listener_off_loopback_without_protection_is_warned_about(
+            self, listen: str, tls: bool, auth: bool, warned: bool) -> None:
+        """Binding elsewhere than loopback is explicit, and unprotected exposure is logged."""
+        warning = exposure_warning(parse_listen(listen), tls=tls, auth=auth)
+
+        assert warned == (warning is not None)
+
+
+def test_detection_url_joins_the_external_url_and_the_page() -> None:
+    """Alerts link to the detection's page on the node."""
+    assert "https://node7:9750/detections/abc" == detection_url("https://node7:9750/", "abc")

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.browser import Browser
+from support.web import Served, engine_store, status_for
 
 from sigwatch.model import Detection
 from sigwatch.web.store import DetectionStore
-from support.browser import Browser
-from support.web import Served, engine_store, status_for
 
 pytestmark = pytest.mark.integration
 

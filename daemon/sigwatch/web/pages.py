@@ -29,7 +29,7 @@ from sigwatch.web.request import BadRequest, Request, Response
 from sigwatch.web.status import SourceStatus, StatusProvider
 from sigwatch.web.store import DetectionStore, StoredDetection
 
-__all__ = ["detection_path", "mount"]
+__all__ = ["detection_path", "detection_url", "mount"]
 
 _EXCERPT = 240
 _HTML = "text/html; charset=utf-8"
@@ -38,6 +38,11 @@ _HTML = "text/html; charset=utf-8"
 def detection_path(event_id: str) -> str:
     """The page of one detection, relative to the listener (alerts prepend the external URL)."""
     return f"/detections/{urllib.parse.quote(event_id, safe='')}"
+
+
+def detection_url(external_url: str, event_id: str) -> str:
+    """The absolute link an alert carries: ``external_url`` (``[web] external_url``) + path."""
+    return external_url.rstrip("/") + detection_path(event_id)
 
 
 def mount(app: Router, store: DetectionStore, status: StatusProvider, *,
