@@ -6,6 +6,8 @@ import base64
 import hashlib
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -175,3 +177,12 @@ class TestExposure:
 def test_detection_url_joins_the_external_url_and_the_page() -> None:
     """Alerts link to the detection's page on the node."""
     assert "https://node7:9750/detections/abc" == detection_url("https://node7:9750/", "abc")
+
+
+def test_the_shipped_example_web_table_is_valid() -> None:
+    """deploy/web.example.toml's [web] table passes the same validation as the config."""
+    example = Path(__file__).resolve().parents[2] / "deploy" / "web.example.toml"
+
+    settings = WebSettings.model_validate(tomllib.loads(example.read_text())["web"])
+
+    assert settings.tls_config() is not None
