@@ -8,9 +8,11 @@ signatures, open incidents) and a ``DetectionStore`` (recent detections).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+from prometheus_client import CollectorRegistry
 
 from sigwatch.clock import Clock
 from sigwatch.model import Detection, Severity
@@ -18,6 +20,8 @@ from sigwatch.model import Detection, Severity
 __all__ = [
     "LagUnit",
     "Liveness",
+    "Progress",
+    "RegistryStatus",
     "SignatureInfo",
     "SourceStatus",
     "StaticStatus",
@@ -184,3 +188,66 @@ class StaticStatus:
 
     def open_incidents(self) -> Sequence[Detection]:
         return list(self._open)
+
+
+Progress = Callable[[str], tuple[float | None, LagUnit, float | None]]
+"""For a source name: (lag, its unit, wall-clock time of the last read), from the runtime."""
+
+_COUNTS = {
+    "sigwatch_lines_total": "lines",
+    "sigwatch_bytes_read_total": "bytes",
+    "sigwatch_files_watched": "streams",
+    "sigwatch_file_errors_total": "errors",
+}
+
+
+class RegistryStatus:
+    """A ``StatusProvider`` that reads reader health from the daemon's own metrics.
+
+    Lines, bytes, streams and errors come from the catalogue's series
+    (``sigwatch_lines_total``, ``sigwatch_bytes_read_total``, ``sigwatch_files_watched``,
+    ``sigwatch_file_errors_total`` summed over reasons) in one pass over the registry, so the
+    page and Prometheus never disagree; lag and last read come from ``progress``, which the
+    runtime provides (the metrics have no such series yet).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        sources: Sequence[tuple[str, str]],
+        *,
+        signatures: Callable[[], Sequence[SignatureInfo]],
+        open_incidents: Callable[[], Sequence[Detection]] = tuple,
+        progress: Progress | None = None,
+    ) -> None:
+        """``sources``: (name, kind) for each configured source, in configuration order."""
+        self._registry = registry
+        self._sources = list(sources)
+        self._signatures = signatures
+        self._open = open_incidents
+        self._progress = progress or (lambda _name: (None, "none", None))
+
+    def sources(self) -> Sequence[SourceStatus]:
+        counts: dict[tuple[str, str], float] = {}
+        for family in self._registry.collect():
+            for sample in family.samples:
+                field = _COUNTS.get(sample.name)
+                source = sample.labels.get("source")
+                if field is not None and source is not None:
+                    key = (source, field)
+                    counts[key] = counts.get(key, 0.0) + sample.value
+        out = []
+        for name, kind in self._sources:
+            lag, unit, last = self._progress(name)
+            out.append(SourceStatus(
+                name=name, kind=kind, streams=int(counts.get((name, "streams"), 0)),
+                lines=int(counts.get((name, "lines"), 0)),
+                bytes=int(counts.get((name, "bytes"), 0)), lag=lag, lag_unit=unit,
+                last_read=last, errors=int(counts.get((name, "errors"), 0))))
+        return out
+
+    def signatures(self) -> Sequence[SignatureInfo]:
+        return list(self._signatures())
+
+    def open_incidents(self) -> Sequence[Detection]:
+        return list(self._open())
