@@ -112,6 +112,15 @@ class SelfMetrics:
         self.build_info = Info(
             "sigwatch_build", "sigwatch version.", registry=r)
         self.build_info.info({"version": version})
+        # HTTP listener (sigwatch.web): connections that ended badly, by a closed set of reasons
+        # (busy = over the worker pool and queue, answered 503; timeout = a slow client cut off;
+        # tls_error = failed handshake or clear text on the TLS port; disconnect = client left).
+        self.http_connections_dropped = Counter(
+            "sigwatch_http_connections_dropped",
+            "HTTP connections that ended without a normal response, by reason.",
+            ["reason"], registry=r)
+        for reason in ("busy", "timeout", "tls_error", "disconnect"):
+            self.http_connections_dropped.labels(reason)
 
     def declare_signatures(
         self, signatures: Iterable[tuple[str, str]], sources: Iterable[str],
