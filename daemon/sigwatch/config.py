@@ -10,6 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sigwatch.errors import ConfigError, field_path
+from sigwatch.web.server import ListenAddressError, parse_listen
+from sigwatch.web.settings import WebSettings
 
 __all__ = ["DEFAULT_LISTEN", "DEFAULT_WATCH", "Config", "SourceConfig", "default_state_dir",
            "load_config"]
@@ -64,14 +66,15 @@ class Config(_Strict):
     inotify: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
+    web: WebSettings = Field(default_factory=WebSettings)
 
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:
-        _host, sep, port = value.rpartition(":")
-        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-            msg = "must be HOST:PORT"
-            raise ValueError(msg)
+        try:
+            parse_listen(value)
+        except ListenAddressError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @field_validator("sources")

@@ -216,6 +216,15 @@ class Pipeline:
                 out.extend(self._deliver_all(detector.tick(now)))
         return out
 
+    def open_incidents(self) -> list[Detection]:
+        """Detections still open (a stall, a regression) from detectors that keep any."""
+        out: list[Detection] = []
+        for det in self.detectors:
+            report = getattr(det, "open_incidents", None)
+            if report is not None:
+                out.extend(report())
+        return out
+
     def next_deadline(self) -> float | None:
         deadlines = [d for det in self.detectors if (d := det.next_deadline()) is not None]
         return min(deadlines) if deadlines else None

@@ -109,6 +109,13 @@ class SelfMetrics:
         self.sink_queue_depth = Gauge(
             "sigwatch_sink_queue_depth", "Detections waiting in a sink's queue.", ["sink"],
             registry=r)
+        self.source_lag = Gauge(
+            "sigwatch_source_lag",
+            "How far a source's reader is behind its input: bytes for files, seconds for the "
+            "journal, records for the kernel log.", ["source", "unit"], registry=r)
+        self.source_last_read = Gauge(
+            "sigwatch_source_last_read_timestamp_seconds",
+            "Unix time a source last read anything (0 = never).", ["source"], registry=r)
         self.build_info = Info(
             "sigwatch_build", "sigwatch version.", registry=r)
         self.build_info.info({"version": version})
@@ -147,3 +154,4 @@ class SelfMetrics:
                            self.rotations, self.truncations, self.nul_bytes_skipped):
                 metric.labels(source)
             self.files_watched.labels(source)
+            self.source_last_read.labels(source)
