@@ -68,6 +68,19 @@ class TestUncaughtException:
         assert generic.root_cause.signature == "cuda_out_of_memory"
         assert generic.severity == Severity.WARNING
 
+    def test_root_cause_is_named_whatever_the_signature_ids_sort_order(self, library) -> None:
+        """The specific detection on the exception line is emitted first, so it is named."""
+        text = ("Traceback (most recent call last):\n"
+                '  File "run.py", line 3, in <module>\n'
+                "    step(state, batch)\n"
+                "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while "
+                "trying to allocate 4770354232 bytes.\n")
+
+        generic = _only(detect_text(Engine(library), text), "python_uncaught_exception")
+
+        assert generic.root_cause is not None
+        assert generic.root_cause.signature == "xla_runtime_error_resource_exhausted"
+
     def test_keyboard_interrupt_is_not_reported_as_a_failure(self, library) -> None:
         """Ctrl-C ends a traceback too, but nothing failed."""
         text = ("Traceback (most recent call last):\n"
