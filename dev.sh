@@ -49,6 +49,7 @@ case "$cmd" in
   bench) venv; exec "$PY" bench/run_bench.py "$@" ;;
   reliability) venv; exec "$PY" bench/reliability.py "$@" ;;
   recall) venv; exec "$PY" bench/recall.py "$@" ;;
+  coverage) venv; exec "$PY" bench/coverage.py --write ;;
   catalogue) venv; "$VENV/bin/sigwatch" patterns catalogue > patterns/README.md ;;
   *) sed -n '2,7p' "$0"; exit 2 ;;
 esac

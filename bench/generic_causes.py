@@ -25,6 +25,12 @@ REPO = Path(__file__).resolve().parent.parent
 PATTERNS = REPO / "patterns"
 
 GENERIC = frozenset({
+    "cuda_driver_error_name",
+    "cuda_runtime_error_name",
+    "hip_error_name",
+    "hsa_status_error",
+    "level_zero_error_name",
+    "xla_runtime_error_status",
     "deepspeed_launcher_subprocess_failed",
     "glog_error_line",
     "glog_fatal_line",
