@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re as std_re
 import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -69,13 +70,21 @@ def _compile_step(spec: StepSpec | MatchSpec, file: str, field: str) -> Compiled
     keywords = spec.keywords
     within = spec.within_lines if isinstance(spec, StepSpec) else 0
     pattern = _compile_regex(regex_text, file, f"{field}.regex")
+    pref = spec.prefregex
+    if pref is not None:
+        try:
+            std_re.compile(pref.encode("utf-8"))
+        except std_re.error as exc:
+            pos = f" at position {exc.pos}" if exc.pos is not None else ""
+            raise PatternError(file, f"{field}.prefregex", f"{exc.msg}{pos}") from None
     if keywords is not None:
         bad = [k for k in keywords if not k]
         if bad:
             raise PatternError(file, f"{field}.keywords", "keywords must not be empty strings")
-        return CompiledStep(pattern, regex_text, tuple(keywords), within, keywords_derived=False)
+        return CompiledStep(pattern, regex_text, tuple(keywords), within, keywords_derived=False,
+                            prefregex=pref)
     return CompiledStep(pattern, regex_text, derive_keywords(regex_text), within,
-                        keywords_derived=True)
+                        keywords_derived=True, prefregex=pref)
 
 
 def compile_signature(raw: SignatureFile, path: Path) -> CompiledSignature:

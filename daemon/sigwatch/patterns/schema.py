@@ -43,6 +43,7 @@ class StepSpec(_Strict):
 
     regex: str = Field(min_length=1)
     keywords: list[str] | None = None
+    prefregex: str | None = Field(default=None, min_length=1)
     within_lines: int = Field(default=50, ge=1, le=10_000)
 
 
@@ -51,6 +52,7 @@ class MatchSpec(_Strict):
 
     regex: str = Field(min_length=1)
     keywords: list[str] | None = None
+    prefregex: str | None = Field(default=None, min_length=1)
     then: list[StepSpec] = Field(default_factory=list)
 
 
