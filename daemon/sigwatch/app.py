@@ -221,7 +221,7 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     metrics = SelfMetrics(registry, __version__)
     source_names = [s.name for s in config.sources]
     metrics.declare_sources(source_names)
-    dirs = list(config.patterns) or [builtin_pattern_dir()]
+    dirs = (list(config.patterns) or [builtin_pattern_dir()]) + list(config.add_patterns)
     loader = _engine_loader(dirs, config.regex_timeout, metrics, source_names)
     engine = loader()
     metrics.patterns_loaded.set(len(engine.patterns))

@@ -51,7 +51,8 @@ class Config(_Strict):
     """Everything the composition root needs; components never see this object."""
 
     sources: list[SourceConfig] = Field(default_factory=_default_sources, min_length=1)
-    patterns: list[Path] = Field(default_factory=list)
+    patterns: list[Path] = Field(default_factory=list)  # empty: the built-in library
+    add_patterns: list[Path] = Field(default_factory=list)  # site folders, loaded as well
     listen: str = DEFAULT_LISTEN
     state_dir: Path = Field(default_factory=default_state_dir)
     events: Path | None = None

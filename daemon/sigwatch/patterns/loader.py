@@ -26,6 +26,9 @@ __all__ = ["builtin_pattern_dir", "compile_signature", "find_pattern_files", "lo
 SKIPPED_DIRS = frozenset({"deprecated", "samples"})
 
 
+DEFAULT_CONTEXT_BEFORE = 5
+"""Lines quoted before the trigger when a signature does not say (``[context] before``)."""
+
 def builtin_pattern_dir() -> Path:
     """The signature library shipped with sigwatch (inside the wheel, or the source tree)."""
     here = Path(__file__).resolve().parent.parent
@@ -103,7 +106,8 @@ def compile_signature(raw: SignatureFile, path: Path) -> CompiledSignature:
         status=raw.status,
         description=raw.description,
         steps=tuple(steps),
-        context_before=raw.context.before,
+        context_before=(DEFAULT_CONTEXT_BEFORE if raw.context.before is None
+                        else raw.context.before),
         context_include=include,
         remediation=Remediation(rem.summary, tuple(rem.steps), rem.runbook, rem.action or ""),
         labels=tuple(sorted(raw.labels.items())),

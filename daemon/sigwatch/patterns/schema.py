@@ -57,9 +57,9 @@ class MatchSpec(_Strict):
 
 
 class ContextSpec(_Strict):
-    """Lines before the trigger to quote in the detection."""
+    """Lines before the trigger to quote in the detection (default: a few, for every signature)."""
 
-    before: int = Field(default=0, ge=0, le=200)
+    before: int | None = Field(default=None, ge=0, le=200)
     include: list[str] = Field(default_factory=list)
 
 
