@@ -1,0 +1,321 @@
+"""Online template mining and the ``novel_error`` detector.
+
+``TemplateMiner`` gives every line a template: the line with its variable parts (numbers, hex,
+ids, addresses, paths) replaced by ``<*>``. It is a Drain-style fixed-depth parse tree (He et al.,
+ICWS 2017): lines are routed by token count and their first tokens to a small leaf, and joined to
+the most similar template there. Differences from Drain3 that matter for accuracy:
+
+- tokens are masked before mining by *shape* (any token holding a digit, hex runs, paths,
+  quoted keys of ``key=value`` keep their key), so routing and similarity see the constant words;
+- similarity ignores positions that are variables on both sides, so a template made mostly of
+  parameters is not pushed below the threshold by its own wildcards;
+- a leaf also merges templates that became identical after generalisation.
+
+State is a plain JSON-able dict (``snapshot``/``restore``): a restart does not re-learn the world.
+Memory is bounded: at most ``max_templates`` templates (least recently used are evicted) plus a
+bounded set of hashes of every template ever seen, so an evicted template that comes back is not
+"novel".
+
+``NovelErrorDetector`` turns the miner into a detector: an error-looking line whose template was
+never seen on this node, after a learning period, is a ``novel_error`` warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sigwatch.clock import Clock
+from sigwatch.detectors.base import LineEvent, StreamContext
+from sigwatch.model import Detection, Remediation, Severity
+
+__all__ = [
+    "ERROR_INTEREST",
+    "NovelErrorDetector",
+    "Template",
+    "TemplateMiner",
+    "looks_like_error",
+    "mask_tokens",
+    "strip_header",
+]
+
+WILDCARD = "<*>"
+
+# -- line preparation --------------------------------------------------------------------------
+
+_HEADER_RE = re.compile(
+    r"^\s*(?:"
+    # ISO / syslog / bracketed timestamps, optionally followed by more of the same
+    r"(?:\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?[ \t]*)"
+    r"|(?:\[?[A-Z][a-z]{2} {1,2}\d{1,2} \d{2}:\d{2}:\d{2}\]?[ \t]*)"
+    r"|(?:\[\s*\d+\.\d+\][ \t]*)"  # kernel [  12.345678]
+    r")+")
+
+_TOKEN_SPLIT_RE = re.compile(r"[\s]+")
+_HAS_DIGIT_RE = re.compile(r"\d")
+_HEXISH_RE = re.compile(r"^(?:0x)?[0-9a-fA-F]{8,}$")
+_PATH_RE = re.compile(r"^(?:[A-Za-z]:)?(?:/[^/\s]*){2,}|^[A-Za-z]:\\")
+_URL_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
+_KEY_VALUE_RE = re.compile(r"^([A-Za-z_][\w\-]*[=:])(.+)$")
+# punctuation split off tokens so "uid=0," and "(uid=0)" route like "uid=<*>"
+_EDGE_PUNCT = "()[]{},;\"'"
+
+
+def strip_header(text: str) -> str:
+    """Drop a leading timestamp (ISO, syslog, kernel) so the message routes by its first word."""
+    m = _HEADER_RE.match(text)
+    return text[m.end():] if m else text
+
+
+def _mask_token(tok: str) -> str:
+    """One token: the token itself, ``<*>``, or ``key=<*>`` for a ``key=value`` pair."""
+    if not _HAS_DIGIT_RE.search(tok):
+        core = tok.strip(_EDGE_PUNCT)
+        if not (_PATH_RE.match(core) or _URL_RE.match(core)
+                or (len(core) >= 16 and _HEXISH_RE.match(core))):
+            return tok
+    kv = _KEY_VALUE_RE.match(tok)
+    if kv and not _HAS_DIGIT_RE.search(kv.group(1)):
+        return kv.group(1) + WILDCARD
+    head = tok.lstrip(_EDGE_PUNCT)
+    tail = tok.rstrip(_EDGE_PUNCT)
+    lead = tok[: len(tok) - len(head)]
+    trail = tok[len(tail):] if len(tail) > len(lead) else ""
+    return f"{lead}{WILDCARD}{trail}"
+
+
+_ASIDE_RE = re.compile(r"\s*\((?:[^()]*\d[^()]*)?\)")
+_DAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,?"
+_MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*"
+_DATE_RE = re.compile(
+    rf"\b(?:{_DAY}\s+)?{_MON}\s+\d{{1,2}}(?:\s+\d{{1,2}}:\d{{2}}(?::\d{{2}})?)?(?:\s+\d{{4}})?\b"
+    r"|\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)?\b")
+
+
+def mask_tokens(text: str) -> list[str]:
+    """Split a message on whitespace and mask its variable-looking tokens."""
+    text = _DATE_RE.sub(WILDCARD, text)
+    if "(" in text:
+        text = _ASIDE_RE.sub("", text)
+    return [_mask_token(t) for t in _TOKEN_SPLIT_RE.split(text.strip()) if t]
+
+
+# -- the miner ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Template:
+    """One group of lines: its id (stable for the life of the state) and current tokens."""
+
+    id: int
+    tokens: list[str]
+    path: tuple[str, ...]
+    size: int = 1
+    wild: int = field(default=0)
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.tokens)
+
+    def recount(self) -> None:
+        self.wild = sum(1 for t in self.tokens if WILDCARD in t)
+
+
+@dataclass(frozen=True, slots=True)
+class Mined:
+    """What ``TemplateMiner.add`` did with one line."""
+
+    template_id: int
+    template: str
+    created: bool
+    seen_before: bool  # the template (or one with the same creation shape) existed before
+
+
+class TemplateMiner:
+    """A Drain-style online miner with bounded memory and JSON-able state."""
+
+    def __init__(
+        self,
+        *,
+        similarity: float = 0.7,
+        depth: int = 5,
+        max_children: int = 100,
+        max_templates: int = 5000,
+        max_seen: int = 100_000,
+        header: bool = False,
+    ) -> None:
+        """``header``: strip a leading timestamp before mining (raw log lines)."""
+        if depth < 3:
+            raise ValueError("depth must be at least 3")
+        self.similarity = similarity
+        self.prefix_tokens = depth - 3  # Drain: root, length layer, prefix tokens, leaf
+        self.max_children = max_children
+        self.max_templates = max_templates
+        self.max_seen = max_seen
+        self.header = header
+        self._next_id = 1
+        self._templates: OrderedDict[int, Template] = OrderedDict()  # LRU order
+        self._leaves: dict[tuple[str, ...], list[Template]] = {}
+        self._children: dict[tuple[str, ...], set[str]] = {}
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._templates)
+
+    # -- public API -------------------------------------------------------------------------
+
+    def tokens(self, text: str) -> list[str]:
+        """The masked tokens the miner works on for ``text``."""
+        if self.header:
+            text = strip_header(text)
+        return mask_tokens(text)
+
+    def add(self, text: str) -> Mined:
+        """Learn one line; return its template (created or existing)."""
+        toks = self.tokens(text)
+        path = self._route(toks, learn=True)
+        leaf = self._leaves.setdefault(path, [])
+        best = self._best(leaf, toks)
+        if best is not None:
+            changed = self._generalise(best, toks)
+            best.size += 1
+            self._templates.move_to_end(best.id)
+            if changed:
+                best = self._dedupe(leaf, best)
+            return Mined(best.id, best.text, created=False, seen_before=True)
+        shape = _shape_key(toks)
+        seen = shape in self._seen
+        tpl = Template(self._next_id, list(toks), path)
+        tpl.recount()
+        self._next_id += 1
+        leaf.append(tpl)
+        self._templates[tpl.id] = tpl
+        self._remember(shape)
+        self._evict()
+        return Mined(tpl.id, tpl.text, created=True, seen_before=seen)
+
+    def match(self, text: str) -> Template | None:
+        """The template ``text`` would join, learning nothing."""
+        toks = self.tokens(text)
+        path = self._route(toks, learn=False)
+        return self._best(self._leaves.get(path, []), toks)
+
+    def templates(self) -> list[Template]:
+        return list(self._templates.values())
+
+    # -- state ------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable state (templates with their tree paths, the seen-hashes)."""
+        return {
+            "version": 1,
+            "next_id": self._next_id,
+            "templates": [[t.id, t.tokens, list(t.path), t.size] for t in self._templates.values()],
+            "seen": list(self._seen),
+        }
+
+    def restore(self, state: object) -> None:
+        """Rebuild from ``snapshot``; unknown or malformed state is ignored (fresh start)."""
+        if not isinstance(state, dict) or state.get("version") != 1:
+            return
+        self._templates.clear()
+        self._leaves.clear()
+        self._children.clear()
+        self._seen.clear()
+        for tid, toks, path, size in state.get("templates", []):
+            tpl = Template(int(tid), [str(t) for t in toks], tuple(str(p) for p in path),
+                           int(size))
+            tpl.recount()
+            self._templates[tpl.id] = tpl
+            self._leaves.setdefault(tpl.path, []).append(tpl)
+            for depth in range(1, len(tpl.path)):
+                self._children.setdefault(tpl.path[:depth], set()).add(tpl.path[depth])
+        for key in state.get("seen", []):
+            self._seen[str(key)] = None
+        self._next_id = max(int(state.get("next_id", 1)), max(self._templates, default=0) + 1)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _route(self, toks: Sequence[str], *, learn: bool) -> tuple[str, ...]:
+        path: tuple[str, ...] = (str(len(toks)),)
+        for tok in toks[: min(self.prefix_tokens, len(toks) - 1)]:
+            key = WILDCARD if WILDCARD in tok else tok
+            kids = self._children.get(path)
+            if kids is None:
+                if not learn:
+                    return (*path, key)
+                kids = self._children.setdefault(path, set())
+            if key not in kids:
+                if len(kids) >= self.max_children:
+                    key = WILDCARD
+                if learn:
+                    kids.add(key)
+            path = (*path, key)
+        return path
+
+    def _best(self, leaf: Iterable[Template], toks: Sequence[str]) -> Template | None:
+        best: Template | None = None
+        best_key = (-1.0, -1)
+        n = len(toks)
+        for tpl in leaf:
+            equal = 0
+            both_wild = 0
+            for a, b in zip(tpl.tokens, toks, strict=True):
+                if a == b:
+                    if WILDCARD in a:
+                        both_wild += 1
+                    else:
+                        equal += 1
+            informative = n - both_wild
+            sim = 1.0 if informative == 0 else equal / informative
+            key = (sim, tpl.wild)
+            if key > best_key:
+                best, best_key = tpl, key
+        if best is None or best_key[0] < self.similarity:
+            return None
+        return best
+
+    @staticmethod
+    def _generalise(tpl: Template, toks: Sequence[str]) -> bool:
+        changed = False
+        for i, (a, b) in enumerate(zip(tpl.tokens, toks, strict=True)):
+            if a != b and a != WILDCARD:
+                tpl.tokens[i] = WILDCARD
+                changed = True
+        if changed:
+            tpl.recount()
+        return changed
+
+    def _dedupe(self, leaf: list[Template], tpl: Template) -> Template:
+        """Merge ``tpl`` into an older template of the leaf that now reads the same."""
+        for other in leaf:
+            if other is not tpl and other.tokens == tpl.tokens:
+                keep, drop = (other, tpl) if other.id < tpl.id else (tpl, other)
+                keep.size += drop.size
+                leaf.remove(drop)
+                del self._templates[drop.id]
+                return keep
+        return tpl
+
+    def _remember(self, shape: str) -> None:
+        self._seen[shape] = None
+        self._seen.move_to_end(shape)
+        while len(self._seen) > self.max_seen:
+            self._seen.popitem(last=False)
+
+    def _evict(self) -> None:
+        while len(self._templates) > self.max_templates:
+            _tid, old = self._templates.popitem(last=False)
+            leaf = self._leaves.get(old.path)
+            if leaf is not None:
+                leaf.remove(old)
+                if not leaf:
+                    del self._leaves[old.path]
+
+
+def _shape_key(toks: Sequence[str]) -> str:
+    return hashlib.blake2b(" ".join(toks).encode(), digest_size=8).hexdigest()
