@@ -32,9 +32,13 @@ from typing import Any
 from sigwatch.clock import Clock
 from sigwatch.detectors.base import LineEvent, StreamContext
 from sigwatch.model import Detection, Remediation, Severity
+from sigwatch.telemetry.metrics import SelfMetrics
 
 __all__ = [
     "ERROR_INTEREST",
+    "ERROR_LITERALS",
+    "NOVEL_ERROR",
+    "Mined",
     "NovelErrorDetector",
     "Template",
     "TemplateMiner",
@@ -319,3 +323,212 @@ class TemplateMiner:
 
 def _shape_key(toks: Sequence[str]) -> str:
     return hashlib.blake2b(" ".join(toks).encode(), digest_size=8).hexdigest()
+
+
+# -- error-looking lines ------------------------------------------------------------------------
+
+# Lower-case literals; a line holding one (in any case) is a candidate. The bytes regex is built
+# as a trie whose alternatives start with a literal byte, so ``re`` skips from candidate byte to
+# candidate byte in C (a plain case-insensitive alternation is ~8x slower, see bench/miner_cost).
+ERROR_LITERALS: tuple[bytes, ...] = (
+    b"error", b"fail", b"fatal", b"exception", b"traceback", b"panic", b"abort", b"segfault",
+    b"segmentation fault", b"killed", b"denied", b"refused", b"timed out", b"timeout",
+    b"critical", b"unable to", b"cannot", b"could not", b"invalid", b"corrupt",
+    b"out of memory", b"core dumped", b"non-zero", b"exit code", b"exit status",
+)
+
+
+def _ci_trie(keys: Iterable[bytes]) -> bytes:
+    """One alternation, case-insensitive by hand, each branch led by a literal byte."""
+    root: dict[bytes, Any] = {}
+    for key in keys:
+        variants = {key[0] | 0x20, key[0] & 0xDF} if chr(key[0]).isalpha() else {key[0]}
+        for first in sorted(variants):
+            node = root.setdefault(re.escape(bytes([first])), {})
+            for b in key[1:]:
+                tok = (b"[" + bytes([b | 0x20, b & 0xDF]) + b"]" if chr(b).isalpha()
+                       else re.escape(bytes([b])))
+                node = node.setdefault(tok, {})
+            node[b""] = {}
+
+    def emit(node: dict[bytes, Any]) -> bytes:
+        if b"" in node:
+            return b""  # a shorter key already makes the line a candidate
+        alts = [tok + emit(child) for tok, child in sorted(node.items())]
+        return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+
+    return b"|".join(tok + emit(child) for tok, child in sorted(root.items()))
+
+
+ERROR_INTEREST: re.Pattern[bytes] = re.compile(_ci_trie(ERROR_LITERALS))
+
+_ERROR_RE = re.compile(
+    r"(?i)\b(?:errors?|fatal|failed|failures?|fails?|failing|exception|traceback|panic|"
+    r"abort(?:ed|ing)?|segfault|segmentation fault|killed|denied|refused|timed out|timeout|"
+    r"critical|unable to|cannot|could not|invalid|corrupt(?:ed|ion)?|out of memory|"
+    r"core dumped)\b"
+    r"|\*ERROR\*|[a-z](?:Error|Exception)\b"
+    r"|(?i:exit(?:ed)? (?:with )?(?:code|status)|exitcode)[ :=]*-?[1-9]"
+    r"|(?i:non-zero (?:exit|status)|returned non-zero)")
+# Phrases that carry error words but report that nothing went wrong.
+_BENIGN_RE = re.compile(
+    r"(?i)\b(?:no|0|zero|without|ignore[sd]?)\s+(?:errors?|failures?|exceptions?)\b"
+    r"|\b(?:errors?|failures?|failed|fail)\s*[:=]\s*0\b"
+    r"|[\w.-]*(?:error|fail|timeout)[\w.-]*\s*[:=]\s*(?:false|none|null|off|0)\b")
+
+
+def looks_like_error(text: str) -> bool:
+    """True when a line reads like an error report, not just a line holding an error word."""
+    m = _ERROR_RE.search(text)
+    if m is None:
+        return False
+    if _BENIGN_RE.search(text) is None:
+        return True
+    return _ERROR_RE.search(_BENIGN_RE.sub(" ", text)) is not None
+
+
+# -- the detector --------------------------------------------------------------------------------
+
+NOVEL_ERROR = "novel_error"
+_REMEDIATION = Remediation(
+    summary="A line that reads like an error, of a kind never seen on this node and matched by "
+            "no known signature.",
+    steps=(
+        "Read the line and the lines around it in the log: is the job affected?",
+        "If it is a real failure mode, write a signature for it (patterns/AUTHORING.md) so the "
+        "next occurrence is recognised with its fix.",
+    ),
+    action="investigate",
+)
+
+
+class NovelErrorDetector:
+    """``novel_error``: an error-looking line whose template this node has never seen.
+
+    The miner learns from the lines ``interest`` selects (error-looking ones), so its cost is
+    paid on a few percent of lines; normal progress chatter never reaches it. Nothing fires
+    during the learning period: until ``learn_lines`` interest lines were mined or
+    ``learn_seconds`` passed (monotonic, counted across restarts through ``snapshot``). A line
+    that a known signature matched is learned but never reported. Each template fires at most
+    once (its id is remembered for ``cooldown`` seconds even if it is evicted and re-created),
+    and at most ``max_per_hour`` detections are made per hour in total.
+    """
+
+    name = NOVEL_ERROR
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        miner: TemplateMiner | None = None,
+        learn_lines: int = 2000,
+        learn_seconds: float = 6 * 3600.0,
+        cooldown: float = 24 * 3600.0,
+        max_per_hour: int = 20,
+        status: str = "stable",
+        host: str = "",
+        metrics: SelfMetrics | None = None,
+    ) -> None:
+        self.clock = clock
+        self.miner = miner if miner is not None else TemplateMiner(header=True)
+        self.learn_lines = learn_lines
+        self.learn_seconds = learn_seconds
+        self.cooldown = cooldown
+        self.max_per_hour = max_per_hour
+        self.status = status
+        self.host = host
+        self.metrics = metrics
+        self._mined = 0
+        self._learned_before = 0.0  # learning seconds carried over from before a restart
+        self._started = clock.monotonic()
+        self._fired: dict[str, float] = {}  # shape hash -> monotonic time it fired
+        self._recent: list[float] = []  # monotonic times of recent detections (hour budget)
+        self.suppressed = 0
+
+    @property
+    def interest(self) -> re.Pattern[bytes] | None:
+        return ERROR_INTEREST
+
+    @property
+    def learning(self) -> bool:
+        elapsed = self._learned_before + self.clock.monotonic() - self._started
+        return self._mined < self.learn_lines and elapsed < self.learn_seconds
+
+    def on_open(self, stream: StreamContext) -> None:
+        return None
+
+    def on_close(self, stream: StreamContext, *, clean: bool) -> Sequence[Detection]:
+        return ()
+
+    def tick(self, now: float) -> Sequence[Detection]:
+        return ()
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    def replay_floor(self, handle: int) -> tuple[int, int] | None:
+        return None
+
+    def held(self, handle: int) -> tuple[int, ...]:
+        return ()
+
+    def on_line(self, event: LineEvent) -> Sequence[Detection]:
+        text = event.line.text
+        if not looks_like_error(text):
+            return ()
+        learning = self.learning
+        mined = self.miner.add(text)
+        self._mined += 1
+        if (not mined.created or mined.seen_before or learning or event.replaying
+                or event.matches):
+            return ()
+        now = self.clock.monotonic()
+        shape = _shape_key(self.miner.tokens(text))
+        fired_at = self._fired.get(shape)
+        if fired_at is not None and now - fired_at < self.cooldown:
+            return ()
+        self._recent = [t for t in self._recent if now - t < 3600.0]
+        if len(self._recent) >= self.max_per_hour:
+            self.suppressed += 1
+            return ()
+        self._recent.append(now)
+        self._fired[shape] = now
+        if len(self._fired) > 10_000:
+            oldest = min(self._fired, key=self._fired.__getitem__)
+            del self._fired[oldest]
+        info = event.stream.info
+        if self.metrics is not None:
+            self.metrics.novel_errors.labels(info.source).inc()
+        line = event.line
+        return (Detection(
+            signature=NOVEL_ERROR, title="New Kind Of Error Line", severity=Severity.WARNING,
+            status=self.status, source=info.source, path=info.path, stream_key=info.key,
+            line=line.lineno, offset=line.offset, text=text, time=self.clock.time(),
+            remediation=_REMEDIATION, rank=line.rank, host=self.host,
+            captures=(("template", mined.template),),
+            facts=(("template", mined.template), ("template_id", str(mined.template_id)),
+                   ("templates_known", str(len(self.miner))),
+                   ("error_lines_learned", str(self._mined))),
+        ),)
+
+    def snapshot(self) -> object:
+        now = self.clock.monotonic()
+        return {
+            "version": 1,
+            "miner": self.miner.snapshot(),
+            "mined": self._mined,
+            "learned_seconds": self._learned_before + now - self._started,
+            "fired_ago": {k: now - t for k, t in self._fired.items()},
+            "recent_ago": [now - t for t in self._recent],
+        }
+
+    def restore(self, state: object) -> None:
+        if not isinstance(state, dict) or state.get("version") != 1:
+            return
+        now = self.clock.monotonic()
+        self.miner.restore(state.get("miner"))
+        self._mined = int(state.get("mined", 0))
+        self._learned_before = float(state.get("learned_seconds", 0.0))
+        self._started = now
+        self._fired = {str(k): now - float(v) for k, v in dict(state.get("fired_ago", {})).items()}
+        self._recent = [now - float(v) for v in state.get("recent_ago", [])]
