@@ -206,8 +206,7 @@ class _Evidence:
             self.miopen = True
         version = m.group("rocm") or m.group("rocm2") or m.group("rocm3")
         if version and len(self.rocm) < 8:
-            self.rocm.add(version if version.count(".") == 2 else version + ".0"
-                          if version == "6.3" else version)
+            self.rocm.add(version)
 
     @property
     def mi300_class(self) -> bool:
@@ -219,7 +218,8 @@ class _Evidence:
             return ""
         if "6.3.0" in self.rocm:
             return "match"
-        if not self.rocm and self.miopen:
+        # "+rocm6.3" (a wheel tag) names no patch release; no version at all is unknown too
+        if self.rocm <= {"6.3"} and (self.miopen or self.rocm):
             return "possible"
         return ""
 
@@ -368,8 +368,7 @@ class StepTimeDetector(_Base):
         for match in event.matches:
             if match.signature == _PLATFORM_SIGNATURE:
                 ev = ev or self._evidence.setdefault(key, _Evidence())
-        if ("gfx94" in text or "MI300" in text or "MIOpen" in text or "ocm" in text
-                or "ROCM" in text):
+        if any(word in text for word in ("gfx94", "MI300", "MIOpen", "ROCm", "rocm")):
             for m in _PLATFORM_RE.finditer(text):
                 ev = ev or self._evidence.setdefault(key, _Evidence())
                 ev.add(m)
@@ -442,9 +441,9 @@ class StepTimeDetector(_Base):
 # -- stalls --------------------------------------------------------------------------------------
 
 _END_RE = re.compile(
-    r"(?i)'train_runtime'|training (?:is )?(?:done|complete|completed|finished)"
+    r"(?i:'train_runtime'|training (?:is )?(?:done|complete|completed|finished)"
     r"|finished training|after training is done|`?Trainer\.fit`? stopped"
-    r"|max_(?:steps|epochs)=\d+` reached|training ended|end of training|exiting training")
+    r"|max_(?:steps|epochs)=\d+` reached|training ended|end of training|exiting training)")
 _STALL_REMEDIATION = Remediation(
     summary="The training job stopped printing progress: it may be hung (a collective waiting "
             "on a dead or slow rank, a deadlocked data loader, a stuck filesystem).",
