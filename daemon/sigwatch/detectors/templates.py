@@ -334,7 +334,7 @@ ERROR_LITERALS: tuple[bytes, ...] = (
     b"error", b"fail", b"fatal", b"exception", b"traceback", b"panic", b"abort", b"segfault",
     b"segmentation fault", b"killed", b"denied", b"refused", b"timed out", b"timeout",
     b"critical", b"unable to", b"cannot", b"could not", b"invalid", b"corrupt",
-    b"out of memory", b"core dumped", b"non-zero", b"exit code", b"exit status",
+    b"out of memory", b"core dumped", b"non-zero", b"exit code", b"exit status", b"exited with",
 )
 
 
@@ -377,10 +377,16 @@ _BENIGN_RE = re.compile(
     r"|[\w.-]*(?:error|fail|timeout)[\w.-]*\s*[:=]\s*(?:false|none|null|off|0)\b")
 
 
+# An explicit low level (logging, logrus, glog, NCCL) says the writer did not mean an error.
+_LOW_LEVEL_RE = re.compile(
+    r"\b(?:INFO|DEBUG|TRACE|NOTICE)\b|\blevel=(?:info|debug|trace)\b|^[ID]\d{4} \d\d:"
+    r"|^# (?:HELP|TYPE) ")
+
+
 def looks_like_error(text: str) -> bool:
     """True when a line reads like an error report, not just a line holding an error word."""
     m = _ERROR_RE.search(text)
-    if m is None:
+    if m is None or _LOW_LEVEL_RE.search(text) is not None:
         return False
     if _BENIGN_RE.search(text) is None:
         return True
