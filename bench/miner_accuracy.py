@@ -32,13 +32,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "daemon"))
 
-from sigwatch.detectors.templates import TemplateMiner  # noqa: E402
+from sigwatch.detectors.templates import TemplateMiner
 
 DEFAULT_DATA = ROOT.parent.parent / "shared" / "data" / "loghub"
 SHARED_DATA = Path("/work/shared/data/loghub")
 
-__all__ = ["drain3_default", "drain3_masked", "grouping_accuracy", "load_system", "sigwatch",
-           "score"]
+__all__ = [
+    "drain3_default",
+    "drain3_masked",
+    "grouping_accuracy",
+    "load_system",
+    "score",
+    "sigwatch",
+]
 
 Parser = Callable[[Sequence[str]], list[str]]
 
@@ -82,9 +88,9 @@ def sigwatch(lines: Sequence[str], *, header: bool = False) -> list[str]:
 
 
 def _drain3(lines: Sequence[str], *, masked: bool) -> list[str]:
-    from drain3 import TemplateMiner as Drain3Miner  # noqa: PLC0415
-    from drain3.masking import MaskingInstruction  # noqa: PLC0415
-    from drain3.template_miner_config import TemplateMinerConfig  # noqa: PLC0415
+    from drain3 import TemplateMiner as Drain3Miner
+    from drain3.masking import MaskingInstruction
+    from drain3.template_miner_config import TemplateMinerConfig
 
     cfg = TemplateMinerConfig()
     cfg.profiling_enabled = False

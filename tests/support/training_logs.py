@@ -31,11 +31,11 @@ def progress_lines(fmt: str, step: int, step_time: float, loss: float,
     """The line(s) one training step prints in ``fmt``."""
     total = 100_000
     if fmt == "megatron":
-        return [f" iteration {step:>8d}/  {total} | consumed samples: {step * 512:>12d} |"
+        return [(f" iteration {step:>8d}/  {total} | consumed samples: {step * 512:>12d} |"
                 f" elapsed time per iteration (ms): {step_time * 1000:.1f} |"
                 f" learning rate: 1.500000E-04 | global batch size:   512 |"
                 f" lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: {grad_norm:.3f} |"
-                f" number of skipped iterations:   0 | number of nan iterations:   0 |"]
+                f" number of skipped iterations:   0 | number of nan iterations:   0 |")]
     if fmt == "hf_trainer":
         pct = step * 100 // total
         out = [f"{pct:3d}%|▏         | {step}/{total} [01:02<9:59:00,  {1 / step_time:.2f}it/s]"]
@@ -44,26 +44,26 @@ def progress_lines(fmt: str, step: int, step_time: float, loss: float,
                        f" 'learning_rate': 1.9e-05, 'epoch': {step / 1000:.2f}}}")
         return out
     if fmt == "lightning":
-        return [f"Epoch 0:   7%|▋         | {step}/{total} [00:12<02:51,  {1 / step_time:.2f}it/s,"
-                f" v_num=0, train_loss={_num(loss)}]"]
+        return [(f"Epoch 0:   7%|▋         | {step}/{total} [00:12<02:51,  {1 / step_time:.2f}it/s,"
+                f" v_num=0, train_loss={_num(loss)}]")]
     if fmt == "lightning_rich":
-        return [f"Epoch 0/9 ━━━━━━━━━━╸━━━━━━ {step}/{total} 0:01:23 • 0:09:52"
-                f" {1 / step_time:.2f}it/s v_num: 0 train_loss: {_num(loss)}"]
+        return [(f"Epoch 0/9 ━━━━━━━━━━╸━━━━━━ {step}/{total} 0:01:23 • 0:09:52"
+                f" {1 / step_time:.2f}it/s v_num: 0 train_loss: {_num(loss)}")]
     if fmt == "deepspeed":
-        return [f"[2024-03-18 14:02:27,542] [INFO] [logging.py:96:log_dist] [Rank 0]"
-                f" step={step}, skipped=0, lr=[0.0001], mom=[(0.9, 0.95)]",
-                f"[2024-03-18 14:02:27,600] [INFO] [timer.py:260:stop] epoch=0/micro_step={step}"
+        return [(f"[2024-03-18 14:02:27,542] [INFO] [logging.py:96:log_dist] [Rank 0]"
+                f" step={step}, skipped=0, lr=[0.0001], mom=[(0.9, 0.95)]"),
+                (f"[2024-03-18 14:02:27,600] [INFO] [timer.py:260:stop] epoch=0/micro_step={step}"
                 f"/global_step={step}, RunningAvgSamplesPerSec={64 / step_time:.3f},"
                 f" CurrSamplesPerSec={64 / step_time:.3f}, MemAllocated=4.2GB,"
-                f" MaxMemAllocated=9.1GB"]
+                f" MaxMemAllocated=9.1GB")]
     if fmt == "nanogpt":
         return [f"iter {step}: loss {_num(loss)}, time {step_time * 1000:.2f}ms, mfu 35.12%"]
     if fmt == "plain":
-        return [f"step {step:>6d} | loss {_num(loss)} | grad_norm {_num(grad_norm)} |"
-                f" step_time {step_time:.3f}s"]
+        return [(f"step {step:>6d} | loss {_num(loss)} | grad_norm {_num(grad_norm)} |"
+                f" step_time {step_time:.3f}s")]
     if fmt == "keras":
-        return [f"{step}/{total} - 12s - {step_time * 1000:.0f}ms/step - loss: {_num(loss)}"
-                f" - val_loss: 1.1670"]
+        return [(f"{step}/{total} - 12s - {step_time * 1000:.0f}ms/step - loss: {_num(loss)}"
+                f" - val_loss: 1.1670")]
     raise ValueError(fmt)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from support.training_logs import FORMATS, progress_lines
 
 from sigwatch.detectors.progress import Extractor, ProgressParser
-from support.training_logs import FORMATS, progress_lines
 
 
 class TestBuiltinExtractors:

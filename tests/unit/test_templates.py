@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.detector_driver import DetectorDriver
 
 from sigwatch.cli import main
 from sigwatch.clock import FakeClock
@@ -22,7 +23,6 @@ from sigwatch.detectors.templates import (
     looks_like_error,
 )
 from sigwatch.model import LogLine, Match
-from support.detector_driver import DetectorDriver
 
 REPO = Path(__file__).resolve().parent.parent.parent
 GOODLOGS = REPO / "tests" / "corpus" / "goodlogs"
@@ -85,7 +85,7 @@ class TestTemplateMiner:
         """The accuracy bench on HDFS and Linux: sigwatch >= both Drain3 configurations."""
         sys.path.insert(0, str(REPO / "bench"))
         try:
-            import miner_accuracy  # noqa: PLC0415
+            import miner_accuracy
         finally:
             sys.path.remove(str(REPO / "bench"))
 

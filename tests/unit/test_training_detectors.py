@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from support.detector_driver import DetectorDriver
+from support.training_logs import FORMATS, MI300_ROCM_630_HEADER, progress_lines, run
 
 from sigwatch.clock import FakeClock
 from sigwatch.detectors.base import Detector
@@ -16,8 +18,6 @@ from sigwatch.detectors.training import (
     StepTimeDetector,
 )
 from sigwatch.model import Detection
-from support.detector_driver import DetectorDriver
-from support.training_logs import FORMATS, MI300_ROCM_630_HEADER, progress_lines, run
 
 GOODLOGS = Path(__file__).resolve().parent.parent / "corpus" / "goodlogs"
 
@@ -133,8 +133,8 @@ class TestStepTimeRegression:
         driver = _driver(clock)
         stream = driver.open()
 
-        driver.feed_lines(stream, ["torch 2.5.1+rocm6.2 | MIOpen 3.2.0 | devices: 8 x AMD "
-                                   "Instinct MI300X", "ROCm version: 6.2.4"])
+        driver.feed_lines(stream, [("torch 2.5.1+rocm6.2 | MIOpen 3.2.0 | devices: 8 x AMD "
+                                   "Instinct MI300X"), "ROCm version: 6.2.4"])
         driver.feed_lines(stream, run("megatron", 300, slow_from=150), seconds_per_line=1.0)
 
         found = _only(driver.detections, "step_time_regression")
@@ -220,8 +220,8 @@ class TestStall:
         driver = _driver(clock)
         stream = driver.open()
         driver.feed_lines(stream, run("hf_trainer", 50), seconds_per_line=10.0)
-        driver.feed_lines(stream, ["{'train_runtime': 512.3, 'train_samples_per_second': 9.8, "
-                                   "'train_loss': 1.23, 'epoch': 3.0}"])
+        driver.feed_lines(stream, [("{'train_runtime': 512.3, 'train_samples_per_second': 9.8, "
+                                   "'train_loss': 1.23, 'epoch': 3.0}")])
 
         driver.advance(3600.0)
 

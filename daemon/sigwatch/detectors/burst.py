@@ -28,8 +28,8 @@ _REMEDIATION = Remediation(
     summary="The same kind of line suddenly repeats far more often than it usually does on "
             "this node.",
     steps=(
-        "Read the line: a burst of the same error often means a failing device, link or "
-        "filesystem, or a job retrying in a loop.",
+        ("Read the line: a burst of the same error often means a failing device, link or "
+        "filesystem, or a job retrying in a loop."),
         "Check whether other nodes show the same burst at the same time (shared cause).",
     ),
     action="investigate",

@@ -401,8 +401,8 @@ _REMEDIATION = Remediation(
             "no known signature.",
     steps=(
         "Read the line and the lines around it in the log: is the job affected?",
-        "If it is a real failure mode, write a signature for it (patterns/AUTHORING.md) so the "
-        "next occurrence is recognised with its fix.",
+        ("If it is a real failure mode, write a signature for it (patterns/AUTHORING.md) so the "
+        "next occurrence is recognised with its fix."),
     ),
     action="investigate",
 )

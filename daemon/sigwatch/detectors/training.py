@@ -151,11 +151,11 @@ INCIDENT_004_REMEDIATION = Remediation(
             "004, MIOpen picks slow solvers for backward-weight convolutions (FP16/FP32) for "
             "some shapes. There is no error line; only the step time shows it.",
     steps=(
-        "Set MIOPEN_FIND_MODE=3 and MIOPEN_FIND_ENFORCE=3 for the job: MIOpen tunes each new "
+        ("Set MIOPEN_FIND_MODE=3 and MIOPEN_FIND_ENFORCE=3 for the job: MIOpen tunes each new "
         "shape once and stores the result in its user database (keep MIOPEN_USER_DB_PATH on a "
-        "writable, persistent local path).",
-        "Fix: upgrade to ROCm 6.3.1 or newer, where the backward-weights convolution "
-        "performance issue is fixed.",
+        "writable, persistent local path)."),
+        ("Fix: upgrade to ROCm 6.3.1 or newer, where the backward-weights convolution "
+        "performance issue is fixed."),
     ),
     runbook="https://github.com/ROCm/legacy-rocm-build/issues/4080",
     action="fix_job_config",
@@ -163,10 +163,10 @@ INCIDENT_004_REMEDIATION = Remediation(
 _REGRESSION_REMEDIATION = Remediation(
     summary="Training step time rose and stayed up: the job is running slower than it did.",
     steps=(
-        "Compare with the previous release/run: library or driver versions, kernel choice "
-        "(cuDNN/MIOpen find mode), batch shapes.",
-        "Check the node: other processes on the GPUs, thermal or power throttling "
-        "(nvidia-smi -q -d PERFORMANCE / amd-smi metric), PCIe/NVLink errors.",
+        ("Compare with the previous release/run: library or driver versions, kernel choice "
+        "(cuDNN/MIOpen find mode), batch shapes."),
+        ("Check the node: other processes on the GPUs, thermal or power throttling "
+        "(nvidia-smi -q -d PERFORMANCE / amd-smi metric), PCIe/NVLink errors."),
         "Check input: data-loader workers, storage latency.",
     ),
     action="investigate",
@@ -448,11 +448,11 @@ _STALL_REMEDIATION = Remediation(
     summary="The training job stopped printing progress: it may be hung (a collective waiting "
             "on a dead or slow rank, a deadlocked data loader, a stuck filesystem).",
     steps=(
-        "Check that the processes are alive and what they wait on (py-spy dump --pid PID, "
-        "or the NCCL/RCCL debug output with NCCL_DEBUG=INFO).",
+        ("Check that the processes are alive and what they wait on (py-spy dump --pid PID, "
+        "or the NCCL/RCCL debug output with NCCL_DEBUG=INFO)."),
         "Look for a failed or slow rank on other nodes (Xid, ECC, link errors, OOM kills).",
-        "If it is hung, restart from the last checkpoint; set a collective timeout "
-        "(TORCH_NCCL_ASYNC_ERROR_HANDLING=1, a shorter timeout) so it fails instead of hangs.",
+        ("If it is hung, restart from the last checkpoint; set a collective timeout "
+        "(TORCH_NCCL_ASYNC_ERROR_HANDLING=1, a shorter timeout) so it fails instead of hangs."),
     ),
     action="investigate",
 )
@@ -639,10 +639,10 @@ _NONFINITE_REMEDIATION = Remediation(
             "diverged or is fed bad data, and every further step is wasted.",
     steps=(
         "Stop the run or roll back to the last good checkpoint.",
-        "Lower the learning rate or add warm-up, enable gradient clipping, or switch fp16 to "
-        "bf16.",
-        "Check the batches around the first bad step for bad samples (NaN/Inf inputs, empty "
-        "sequences, labels out of range).",
+        ("Lower the learning rate or add warm-up, enable gradient clipping, or switch fp16 to "
+        "bf16."),
+        ("Check the batches around the first bad step for bad samples (NaN/Inf inputs, empty "
+        "sequences, labels out of range)."),
     ),
     action="fix_job_config",
 )
