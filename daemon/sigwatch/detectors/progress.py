@@ -18,13 +18,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 __all__ = [
     "BUILTIN_EXTRACTORS",
     "Extractor",
     "Progress",
     "ProgressParser",
+    "literal_interest",
     "parse_number",
 ]
 
@@ -82,6 +84,7 @@ class Extractor:
     name: str
     pattern: re.Pattern[str]
     interest: bytes  # a bytes regex fragment that every matching line contains
+    needle: str = ""  # a literal every matching line holds: a cheap test before the regex
 
     @classmethod
     def user(cls, name: str, regex: str) -> Extractor:
@@ -135,6 +138,41 @@ BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
     Extractor("hf_dict", re.compile(r"^\s*\{'(?:loss|train_loss|grad_norm)': "), rb"\{'"),
 )
 
+_NEEDLES = {"megatron": "elapsed time per iteration", "nanogpt": "iter ",
+            "deepspeed_throughput": "SamplesPerSec=", "deepspeed_step": "] step=",
+            "deepspeed_overflow": "OVERFLOW!", "keras": "ms/step", "tqdm": "%|",
+            "hf_dict": "{'", "lightning_rich": "\u2022"}
+BUILTIN_EXTRACTORS = tuple(replace(e, needle=_NEEDLES.get(e.name, ""))
+                           for e in BUILTIN_EXTRACTORS)
+_BUILTIN_NAMES = frozenset(e.name for e in BUILTIN_EXTRACTORS)
+
+
+def literal_interest(keys: Iterable[bytes]) -> bytes:
+    """A case-insensitive alternation of literals, every branch led by a literal byte."""
+    root: dict[bytes, Any] = {}
+    for key in keys:
+        variants = {key[0] | 0x20, key[0] & 0xDF} if chr(key[0]).isalpha() else {key[0]}
+        for first in sorted(variants):
+            node = root.setdefault(re.escape(bytes([first])), {})
+            for b in key[1:]:
+                tok = (b"[" + bytes([b | 0x20, b & 0xDF]) + b"]" if chr(b).isalpha()
+                       else re.escape(bytes([b])))
+                node = node.setdefault(tok, {})
+            node[b""] = {}
+
+    def emit(node: dict[bytes, Any]) -> bytes:
+        if b"" in node:
+            return b""
+        alts = [tok + emit(child) for tok, child in sorted(node.items())]
+        return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+
+    return b"|".join(tok + emit(child) for tok, child in sorted(root.items()))
+
+
+# Every line a built-in extractor or the field scan can read holds one of these.
+_BUILTIN_INTEREST = literal_interest([b"step", b"iter", b"batch", b"loss", b"grad norm", b"grad_norm",
+                              b"gradient norm", b"it/s", b"s/it", b"samplespersec"]) + rb"|\xe2\x80\xa2"
+
 # Loss / grad norm / loss scale in every spelling: dict ('loss': x), key: value, key value,
 # key=value. Not preceded by a word character or '/', so "val_loss" and "eval/loss" are not
 # training figures.
@@ -152,8 +190,8 @@ _PLAIN_TIME_RE = re.compile(
 _EVAL_DESC_RE = re.compile(r"(?i)valid|eval|test|sanity|predict|tokeni|map|download|load|infer")
 
 
-def _group(m: re.Match[str], name: str) -> str | None:
-    return m.groupdict().get(name)
+def _group(m: dict[str, str | None], name: str) -> str | None:
+    return m.get(name)
 
 
 class ProgressParser:
@@ -162,9 +200,10 @@ class ProgressParser:
     def __init__(self, extractors: Iterable[Extractor] = (), *, builtin: bool = True) -> None:
         self.extractors: tuple[Extractor, ...] = (
             (*tuple(extractors), *(BUILTIN_EXTRACTORS if builtin else ())))
-        literals = b"|".join(e.interest for e in self.extractors)
-        self.interest: re.Pattern[bytes] = re.compile(
-            literals + rb"|(?i:loss|grad[_ ]?norm)")
+        # Built-ins: literals any of their lines holds, as a literal-led trie (fast in ``re``);
+        # user extractors add their own regex.
+        user = [e.interest for e in self.extractors if e.name not in _BUILTIN_NAMES]
+        self.interest: re.Pattern[bytes] = re.compile(b"|".join([*user, _BUILTIN_INTEREST]))
 
     @property
     def names(self) -> Sequence[str]:
@@ -173,6 +212,8 @@ class ProgressParser:
     def parse(self, text: str) -> Progress | None:
         """The progress a line reports, or None when it is not a progress line."""
         for ex in self.extractors:
+            if ex.needle and ex.needle not in text:
+                continue
             m = ex.pattern.search(text)
             if m is None:
                 continue
@@ -186,13 +227,14 @@ class ProgressParser:
         return None
 
     @staticmethod
-    def _build(name: str, m: re.Match[str], text: str) -> Progress | None:
+    def _build(name: str, match: re.Match[str], text: str) -> Progress | None:
+        m = match.groupdict()
         step_s = _group(m, "step")
         step = int(step_s) if step_s else None
         step_time, throughput = _timing(m)
         if name == "plain":
-            for t in _PLAIN_TIME_RE.finditer(text, m.end()):
-                more_time, more_tp = _timing(t)
+            for t in _PLAIN_TIME_RE.finditer(text, match.end()):
+                more_time, more_tp = _timing(t.groupdict())
                 step_time = step_time if step_time is not None else more_time
                 throughput = throughput if throughput is not None else more_tp
         desc = _group(m, "desc")
@@ -212,7 +254,7 @@ class ProgressParser:
         )
 
 
-def _timing(m: re.Match[str]) -> tuple[float | None, float | None]:
+def _timing(m: dict[str, str | None]) -> tuple[float | None, float | None]:
     """(seconds per step, throughput) from whichever timing groups matched."""
     step_time: float | None = None
     if (v := _group(m, "time_ms")) is not None:

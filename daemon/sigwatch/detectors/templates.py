@@ -31,6 +31,7 @@ from typing import Any
 
 from sigwatch.clock import Clock
 from sigwatch.detectors.base import LineEvent, StreamContext
+from sigwatch.detectors.progress import literal_interest
 from sigwatch.model import Detection, Remediation, Severity
 from sigwatch.telemetry.metrics import SelfMetrics
 
@@ -338,29 +339,7 @@ ERROR_LITERALS: tuple[bytes, ...] = (
 )
 
 
-def _ci_trie(keys: Iterable[bytes]) -> bytes:
-    """One alternation, case-insensitive by hand, each branch led by a literal byte."""
-    root: dict[bytes, Any] = {}
-    for key in keys:
-        variants = {key[0] | 0x20, key[0] & 0xDF} if chr(key[0]).isalpha() else {key[0]}
-        for first in sorted(variants):
-            node = root.setdefault(re.escape(bytes([first])), {})
-            for b in key[1:]:
-                tok = (b"[" + bytes([b | 0x20, b & 0xDF]) + b"]" if chr(b).isalpha()
-                       else re.escape(bytes([b])))
-                node = node.setdefault(tok, {})
-            node[b""] = {}
-
-    def emit(node: dict[bytes, Any]) -> bytes:
-        if b"" in node:
-            return b""  # a shorter key already makes the line a candidate
-        alts = [tok + emit(child) for tok, child in sorted(node.items())]
-        return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
-
-    return b"|".join(tok + emit(child) for tok, child in sorted(root.items()))
-
-
-ERROR_INTEREST: re.Pattern[bytes] = re.compile(_ci_trie(ERROR_LITERALS))
+ERROR_INTEREST: re.Pattern[bytes] = re.compile(literal_interest(ERROR_LITERALS))
 
 _ERROR_RE = re.compile(
     r"(?i)\b(?:errors?|fatal|failed|failures?|fails?|failing|exception|traceback|panic|"

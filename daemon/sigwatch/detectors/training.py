@@ -183,6 +183,22 @@ class _StepSeries:
     regressed: bool = False
     hot_since_alert: int = 0
     cool: int = 0
+    stats: tuple[float, float] | None = None  # cached (median, scale) of the baseline
+    stale: int = 0  # samples appended since ``stats`` was computed
+
+    def robust(self, refresh_every: int) -> tuple[float, float]:
+        """(median, robust scale) of the baseline, recomputed every few appends (it moves
+        slowly; a full median and MAD of 200 values on every line would cost ~60 us)."""
+        if self.stats is None or self.stale >= refresh_every:
+            med = statistics.median(self.baseline)
+            mad = statistics.median(abs(v - med) for v in self.baseline)
+            self.stats = (med, max(1.4826 * mad, 0.01 * med, 1e-12))
+            self.stale = 0
+        return self.stats
+
+    def keep(self, x: float) -> None:
+        self.baseline.append(x)
+        self.stale += 1
 
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "baseline": list(self.baseline), "seen": self.seen,
@@ -327,11 +343,9 @@ class StepTimeDetector(_Base):
         if s.seen <= self.warmup:
             return None
         if len(s.baseline) < self.min_baseline:
-            s.baseline.append(x)
+            s.keep(x)
             return None
-        med = statistics.median(s.baseline)
-        mad = statistics.median(abs(v - med) for v in s.baseline)
-        scale = max(1.4826 * mad, 0.01 * med, 1e-12)
+        med, scale = s.robust(16)
         hot = (x - med) / scale > self.z and x > self.ratio * med
         if s.regressed:
             if hot:
@@ -341,17 +355,17 @@ class StepTimeDetector(_Base):
                 del s.run[:-self.window]
                 if s.hot_since_alert >= self.rebaseline:  # the new level is the new normal
                     s.baseline = deque(s.run[-self.window:], maxlen=self.window)
-                    s.regressed, s.run, s.hot_since_alert = False, [], 0
+                    s.regressed, s.run, s.hot_since_alert, s.stats = False, [], 0, None
             else:
                 s.cool += 1
-                s.baseline.append(x)
+                s.keep(x)
                 if s.cool >= self.sustain:  # back to normal: a later slowdown alerts again
                     s.regressed, s.run, s.hot_since_alert, s.cool = False, [], 0, 0
             return None
         if not hot:
             s.run.clear()
             s.run_step = None
-            s.baseline.append(x)
+            s.keep(x)
             return None
         if not s.run:
             s.run_step = step
@@ -360,7 +374,7 @@ class StepTimeDetector(_Base):
             return None
         s.regressed = True
         s.hot_since_alert = 0
-        return med, statistics.median(s.run)
+        return statistics.median(s.baseline), statistics.median(s.run)
 
     def _note_platform(self, key: str, event: LineEvent) -> None:
         text = event.line.text
@@ -554,7 +568,8 @@ class StallDetector(_Base):
         if not self._fresh(event):
             return ()
         st = self._streams.get(info.key)
-        if _END_RE.search(line.text):
+        text = line.text
+        if ("rain" in text or "reached" in text or "RAIN" in text) and _END_RE.search(text):
             if st is not None:
                 st.finished = True
             return ()
@@ -720,7 +735,10 @@ class BadNumbersDetector(_Base):
             while len(self._series) > MAX_SERIES:
                 self._series.popitem(last=False)
         out: list[Detection] = []
-        overflow = progress.overflow or _SKIPPED_RE.search(line.text) is not None
+        text = line.text
+        overflow = progress.overflow or (
+            ("kip" in text or "verflow" in text or "VERFLOW" in text)
+            and _SKIPPED_RE.search(text) is not None)
         st.since_overflow = 0 if overflow else st.since_overflow + 1
         scale = progress.loss_scale
         if scale is not None and math.isfinite(scale):
