@@ -25,21 +25,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "daemon"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from corpus import generate  # noqa: E402
+from corpus import generate
 
-from sigwatch.clock import FakeClock  # noqa: E402
-from sigwatch.detectors.base import Detector, LineEvent, StreamContext  # noqa: E402
-from sigwatch.detectors.burst import BurstDetector  # noqa: E402
-from sigwatch.detectors.templates import NovelErrorDetector, TemplateMiner  # noqa: E402
-from sigwatch.detectors.training import (  # noqa: E402
+from sigwatch.clock import FakeClock
+from sigwatch.detectors.base import Detector, LineEvent, StreamContext
+from sigwatch.detectors.burst import BurstDetector
+from sigwatch.detectors.templates import NovelErrorDetector, TemplateMiner
+from sigwatch.detectors.training import (
     BadNumbersDetector,
     ProgressReader,
     StallDetector,
     StepTimeDetector,
 )
-from sigwatch.framing.normalize import normalize  # noqa: E402
-from sigwatch.model import LogLine, StreamInfo  # noqa: E402
-from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns  # noqa: E402
+from sigwatch.framing.normalize import normalize
+from sigwatch.model import LogLine, StreamInfo
+from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 
 CHUNK = 8 << 20
 
