@@ -115,6 +115,10 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="Validate a config file and its patterns.")
     check.add_argument("file", type=Path)
+
+    tpl = sub.add_parser("templates", help="Print the mined template id and text of each line.")
+    tpl.add_argument("--format", choices=["text", "csv"], default="text")
+    tpl.add_argument("files", nargs="+", metavar="FILE", help="Files to read; - is stdin.")
     return p
 
 
@@ -141,6 +145,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _check_config(args.file, sys.stdout)
         if args.command == "run":
             return _run(args)
+        if args.command == "templates":
+            from sigwatch.templating import print_templates
+
+            return print_templates(args.files, sys.stdout, fmt=args.format)
     except _LoadFailedError as exc:
         for err in exc.errors:
             print(f"sigwatch: {err}", file=sys.stderr)

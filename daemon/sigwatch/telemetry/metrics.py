@@ -128,6 +128,26 @@ class SelfMetrics:
             ["reason"], registry=r)
         for reason in ("busy", "timeout", "tls_error", "disconnect"):
             self.http_connections_dropped.labels(reason)
+        # --- Detectors beyond signatures (issue 13): training progress and novel errors. ---
+        # Labels: the configured source name and the progress extractor that read the line
+        # (a closed set: built-in names plus the configured user extractors). Template ids
+        # are never labels. The detectors create their series when a stream of a source opens.
+        self.novel_errors = Counter(
+            "sigwatch_novel_errors",
+            "Error-looking lines whose template was never seen on this node (novel_error).",
+            ["source"], registry=r)
+        self.step_seconds = Gauge(
+            "sigwatch_training_step_seconds",
+            "Latest training step time read from a progress line (or its it/s rate).",
+            ["source", "kind"], registry=r)
+        self.throughput = Gauge(
+            "sigwatch_training_throughput",
+            "Latest training throughput read from a progress line, in the trainer's own unit "
+            "(samples, tokens or images per second).",
+            ["source", "kind"], registry=r)
+        self.progress_lines = Counter(
+            "sigwatch_training_progress_lines", "Training progress lines recognised.",
+            ["source", "kind"], registry=r)
 
     def declare_signatures(
         self, signatures: Iterable[tuple[str, str]], sources: Iterable[str],
