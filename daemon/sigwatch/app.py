@@ -25,8 +25,17 @@ from prometheus_client import CollectorRegistry
 
 from sigwatch import __version__
 from sigwatch.clock import Clock, SystemClock
-from sigwatch.config import Config
+from sigwatch.config import Config, DetectorSettings
 from sigwatch.detectors.base import Detector
+from sigwatch.detectors.burst import BurstDetector
+from sigwatch.detectors.progress import Extractor
+from sigwatch.detectors.templates import NovelErrorDetector
+from sigwatch.detectors.training import (
+    BadNumbersDetector,
+    ProgressReader,
+    StallDetector,
+    StepTimeDetector,
+)
 from sigwatch.errors import PatternError, SigwatchError
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
@@ -104,6 +113,38 @@ def build_pipeline(patterns: PatternSet | Engine, sinks: Sequence[Sink], *, cloc
         engine = Engine(patterns, regex_timeout=regex_timeout or 0.05, on_timeout=on_timeout)
     return Pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
                     detectors=detectors)
+
+
+def build_detectors(settings: DetectorSettings, *, clock: Clock, host: str = "",
+                    metrics: SelfMetrics | None = None) -> list[Detector]:
+    """The detectors beyond signatures, sharing one progress reader and one template miner."""
+    reader = ProgressReader([Extractor.user(e.name, e.regex) for e in settings.extractors])
+    out: list[Detector] = []
+    novel = NovelErrorDetector(
+        clock, learn_lines=settings.novel_error.learn_lines,
+        learn_seconds=settings.novel_error.learn_hours * 3600.0,
+        max_per_hour=settings.novel_error.max_per_hour, host=host, metrics=metrics)
+    if settings.novel_error.enabled:
+        out.append(novel)  # before the burst detector: it creates the templates bursts use
+    if settings.step_time.enabled:
+        out.append(StepTimeDetector(
+            clock, reader=reader, ratio=settings.step_time.ratio,
+            sustain=settings.step_time.sustain, warmup=settings.step_time.warmup, host=host,
+            metrics=metrics))
+    if settings.stall.enabled:
+        out.append(StallDetector(clock, reader=reader, factor=settings.stall.factor,
+                                 floor=settings.stall.floor_seconds, host=host,
+                                 metrics=metrics))
+    if settings.bad_numbers.enabled:
+        out.append(BadNumbersDetector(
+            clock, reader=reader, consecutive=settings.bad_numbers.consecutive,
+            min_loss_scale=settings.bad_numbers.min_loss_scale, host=host, metrics=metrics))
+    if settings.burst.enabled:
+        out.append(BurstDetector(clock, miner=novel.miner,
+                                 window=settings.burst.window_seconds,
+                                 factor=settings.burst.factor,
+                                 min_count=settings.burst.min_count, host=host))
+    return out
 
 
 def build_runtime(*, sources: Sequence[Source], pipeline: Pipeline, clock: Clock,
@@ -249,8 +290,10 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
                                  on_drop=dropped))
     sinks.extend(queued)
     metrics.declare_sinks(s.name for s in sinks)
-    pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics,
-                              host=socket.gethostname())
+    host = socket.gethostname()
+    detectors = build_detectors(config.detectors, clock=clock, host=host, metrics=metrics)
+    pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
+                              detectors=detectors)
     specs = [SourceSpec(s.name, tuple(s.paths), tuple(s.exclude), s.start_at)
              for s in config.sources]
     wake = threading.Event()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sigwatch.detectors.progress import Extractor
 from sigwatch.errors import ConfigError, field_path
 from sigwatch.web.server import ListenAddressError, parse_listen
 from sigwatch.web.settings import WebSettings
@@ -43,6 +45,76 @@ class SourceConfig(_Strict):
     start_at: Literal["end", "beginning"] = "end"
 
 
+class NovelErrorSettings(_Strict):
+    """``novel_error``: error lines whose template this node has never seen."""
+
+    enabled: bool = True
+    learn_lines: int = Field(default=2000, ge=0)
+    learn_hours: float = Field(default=6.0, ge=0)
+    max_per_hour: int = Field(default=20, ge=1)
+
+
+class StepTimeSettings(_Strict):
+    """``step_time_regression`` (and incident 004 on MI300/ROCm 6.3.0)."""
+
+    enabled: bool = True
+    ratio: float = Field(default=1.2, gt=1)
+    sustain: int = Field(default=5, ge=1)
+    warmup: int = Field(default=10, ge=0)
+
+
+class StallSettings(_Strict):
+    """``training_stalled``: progress lines stop for many times their usual interval."""
+
+    enabled: bool = True
+    factor: float = Field(default=10.0, gt=1)
+    floor_seconds: float = Field(default=300.0, gt=0)
+
+
+class BadNumbersSettings(_Strict):
+    """``training_nonfinite`` and ``training_loss_scale_minimum``."""
+
+    enabled: bool = True
+    consecutive: int = Field(default=3, ge=1)
+    min_loss_scale: float = Field(default=1.0, gt=0)
+
+
+class BurstSettings(_Strict):
+    """``burst``: a signature or template far above its own rate."""
+
+    enabled: bool = True
+    window_seconds: float = Field(default=60.0, gt=0)
+    factor: float = Field(default=10.0, gt=1)
+    min_count: int = Field(default=20, ge=1)
+
+
+class ExtractorConfig(_Strict):
+    """A user progress extractor: a regex with named groups (step, time, loss, ...)."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
+    regex: str = Field(min_length=1)
+
+    @field_validator("regex")
+    @classmethod
+    def _usable(cls, value: str) -> str:
+        try:
+            Extractor.user("check", value)
+        except (ValueError, re.error) as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
+class DetectorSettings(_Strict):
+    """Detectors beyond signatures; each can be turned off."""
+
+    novel_error: NovelErrorSettings = Field(default_factory=NovelErrorSettings)
+    step_time: StepTimeSettings = Field(default_factory=StepTimeSettings)
+    stall: StallSettings = Field(default_factory=StallSettings)
+    bad_numbers: BadNumbersSettings = Field(default_factory=BadNumbersSettings)
+    burst: BurstSettings = Field(default_factory=BurstSettings)
+    extractors: list[ExtractorConfig] = Field(default_factory=list)
+
+
 def _default_sources() -> list[SourceConfig]:
     return [SourceConfig(name="training", paths=[DEFAULT_WATCH])]
 
@@ -68,6 +140,7 @@ class Config(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     web: WebSettings = Field(default_factory=WebSettings)
+    detectors: DetectorSettings = Field(default_factory=DetectorSettings)
 
     @field_validator("listen")
     @classmethod

@@ -317,10 +317,11 @@ class Pipeline:
         for index, pattern in self._interests:
             assert pattern is not None
             pos = 0
-            for hit in pattern.finditer(data):
+            while True:  # one hit per line: continue from the end of the line hit
+                hit = pattern.search(data, pos)
+                if hit is None:
+                    break
                 at = hit.start()
-                if at < pos:
-                    continue
                 start = data.rfind(b"\n", 0, at) + 1
                 end = data.find(b"\n", at)
                 if end == -1:

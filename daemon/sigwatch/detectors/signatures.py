@@ -44,6 +44,7 @@ class SignatureDetector:
         self._lineno_of = lineno_of or (lambda _h: 0)
         self._trackers: dict[int, SequenceTracker] = {}
         self._streams: dict[int, StreamContext] = {}
+        self._said_once: set[tuple[str, str]] = set()  # (stream key, signature)
 
     # -- reload ---------------------------------------------------------------------------------
 
@@ -147,6 +148,11 @@ class SignatureDetector:
             sig = patterns.get(f.signature)
             if sig is None or f.signature in superseded:
                 continue
+            if sig.once_per_stream:
+                said = (stream.info.key, sig.id)
+                if said in self._said_once:
+                    continue
+                self._said_once.add(said)
             out.append(self._detection(sig, stream, f, now))
         return out
 

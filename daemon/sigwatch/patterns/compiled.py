@@ -76,6 +76,7 @@ class CompiledSignature:
     path: Path
     raw: Any  # the validated SignatureFile, for lint and `patterns show`
     sources: frozenset[str] = frozenset({"any"})  # stream kinds it applies to (kinds.applies)
+    once_per_stream: bool = False
 
     @property
     def action(self) -> str:

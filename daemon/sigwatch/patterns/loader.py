@@ -112,6 +112,7 @@ def compile_signature(raw: SignatureFile, path: Path) -> CompiledSignature:
         remediation=Remediation(rem.summary, tuple(rem.steps), rem.runbook, rem.action or ""),
         labels=tuple(sorted(raw.labels.items())),
         supersedes=frozenset(raw.supersedes),
+        once_per_stream=raw.once_per_stream,
         caused_by=tuple(raw.collateral.caused_by) if raw.collateral else (),
         collateral_window=raw.collateral.within_seconds if raw.collateral else 0.0,
         collateral_severity=(Severity.parse(raw.collateral.severity)

@@ -108,6 +108,8 @@ class SignatureFile(_Strict):
     references: list[str] = Field(default_factory=list)
     falsepositives: list[str] = Field(default_factory=list)
     supersedes: list[str] = Field(default_factory=list)
+    # A note (platform evidence, a configuration) worth saying once per stream, not per line.
+    once_per_stream: bool = False
     # Which kinds of stream it applies to: "kernel" (kmsg, the journal's kernel messages),
     # "job" (training logs, stderr, containers), or "any". See sigwatch.patterns.kinds.
     sources: list[SourceKind] = Field(default_factory=_any_source, min_length=1)

@@ -80,8 +80,8 @@ def format_detection(d: Detection, *, style: Style | None = None,
         out.append(f"{pad}> {shorten(d.text)}")
     else:
         out.append(f"{pad}{d.about}")
-        for key, value in d.facts:
-            out.append(f"{pad}  {key}: {value}")
+    for key, value in d.facts:
+        out.append(f"{pad}  {key}: {value}")
     if d.root_cause is not None:
         out.append(f"{pad}fallout of {d.root_cause.signature}: "
                    f"{shorten(d.root_cause.text, 120)}")
