@@ -38,7 +38,7 @@ CSS = """
 --line:#343a41;--soft:#1e2227;--hit:#4d4300;--link:#8ab4f8}}
 *{box-sizing:border-box}
 body{margin:0;font:16px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;
-color:var(--fg);background:var(--bg)}
+color:var(--fg);background:var(--bg);overflow-wrap:anywhere}
 header{display:flex;flex-wrap:wrap;gap:.25rem 1rem;align-items:baseline;padding:.6rem 1rem;
 border-bottom:1px solid var(--line);background:var(--soft)}
 header .brand{font-weight:700;color:var(--fg);text-decoration:none}
