@@ -53,6 +53,7 @@ a{color:var(--link)}
 font-weight:700;text-transform:uppercase;color:#fff;vertical-align:middle}
 .sev-critical{background:var(--crit)}.sev-error{background:var(--err)}
 .sev-warning{background:var(--warn)}.sev-info{background:var(--info)}
+.sev,th,label,button{overflow-wrap:normal;white-space:nowrap}
 .state{font-weight:700}.state-bad{color:var(--err)}.state-ok{color:#2e7d32}
 table{border-collapse:collapse;width:100%;font-size:.95rem}
 th,td{text-align:left;vertical-align:top;padding:.35rem .5rem;border-bottom:1px solid var(--line)}
