@@ -151,12 +151,12 @@ def build_runtime(*, sources: Sequence[Source], pipeline: Pipeline, clock: Clock
                   state_dir: Path | None, eventlog: EventLogSink | None,
                   metrics: SelfMetrics | None, checkpoint_interval: float = 1.0,
                   engine_loader: Callable[[], Engine] | None = None,
-                  fsync: bool = True) -> Runtime:
+                  fsync: bool = True, notify: Callable[[str], None] | None = None) -> Runtime:
     """Sources, pipeline and the commit cycle (nothing starts yet)."""
     store = CheckpointStore(state_dir, fsync=fsync) if state_dir is not None else None
     return Runtime(sources=sources, pipeline=pipeline, clock=clock, store=store,
                    eventlog=eventlog, metrics=metrics, checkpoint_interval=checkpoint_interval,
-                   engine_loader=engine_loader)
+                   engine_loader=engine_loader, notify=notify)
 
 
 class Daemon:
@@ -225,7 +225,17 @@ class Daemon:
             self.metrics.watch_mode.labels(mode).set(1)
             log.info("watching", mode=mode, roots=[r for r, _ in self.roots])
         self.runtime.start()
-        sd_notify("READY=1")
+        followed: dict[str, int] = {}
+        for source in self.runtime.sources:
+            report = getattr(source, "streams_by_source", None)
+            if report is not None:
+                followed.update(report())
+        log.info("sigwatch_ready", signatures=len(self.runtime.pipeline.engine.patterns),
+                 files_followed=followed)
+        for name, count in followed.items():
+            if count == 0:
+                log.warning("source_matches_nothing", source=name)
+        sd_notify(f"READY=1\nSTATUS={self.runtime.status_line()}")
         self._beat()
         if self.liveness is not None:
             self.liveness.set_ready()
@@ -307,7 +317,7 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     runtime = build_runtime(sources=[files], pipeline=pipeline, clock=clock,
                             state_dir=config.state_dir, eventlog=eventlog, metrics=metrics,
                             checkpoint_interval=config.checkpoint_interval,
-                            engine_loader=loader)
+                            engine_loader=loader, notify=sd_notify)
     roots = watch_roots([p for s in config.sources for p in s.paths])
     if not config.inotify:
         metrics.watch_mode.labels("polling").set(1)

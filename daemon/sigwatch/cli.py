@@ -253,11 +253,44 @@ def _patterns(args: argparse.Namespace, out: TextIO) -> int:
 
 def _check_config(path: Path, out: TextIO) -> int:
     from sigwatch.config import load_config
+    from sigwatch.patterns.loader import load_patterns
+    from sigwatch.web.server import build_ssl_context, check_bind
 
     config = load_config(path)
-    patterns = _load_patterns((list(config.patterns) or _builtin()) + list(config.add_patterns))
+    problems: list[str] = []
+    patterns, errors = load_patterns(
+        (list(config.patterns) or _builtin()) + list(config.add_patterns))
+    problems += [str(e) for e in errors]
+    try:
+        check_bind(config.listen)
+    except SigwatchError as exc:
+        problems.append(f"{path}: listen: {exc}")
+    tls = config.web.tls_config()
+    if tls is not None:
+        try:
+            build_ssl_context(tls)
+        except SigwatchError as exc:
+            problems.append(f"{path}: web.tls_server_config: {exc}")
+    for field, folder in (("state_dir", config.state_dir),
+                          ("events", config.events.parent if config.events else None)):
+        if folder is not None and not _usable_folder(folder):
+            problems.append(f"{path}: {field}: {folder} cannot be created or written")
+    for problem in problems:
+        print(f"sigwatch: {problem}", file=sys.stderr)
+    if problems:
+        return EXIT_ERROR
     print(f"{path}: ok ({len(config.sources)} sources, {len(patterns)} signatures)", file=out)
     return EXIT_OK
+
+
+def _usable_folder(folder: Path) -> bool:
+    """The folder exists and is writable, or its nearest existing parent is."""
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            return False
+        probe = probe.parent
+    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
 
 
 def _run(args: argparse.Namespace) -> int:

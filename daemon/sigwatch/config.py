@@ -162,6 +162,18 @@ class Config(_Strict):
         return value
 
 
+class ConfigProblemsError(ConfigError):
+    """Every problem of a config file at once, one line each."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = errors
+        first = errors[0]
+        super().__init__(first.file, first.field, first.reason)
+
+    def __str__(self) -> str:
+        return "\nsigwatch: ".join(str(e) for e in self.errors)
+
+
 def load_config(path: Path | None, **overrides: object) -> Config:
     """Read and validate a config file (or the defaults), applying command-line overrides."""
     file = str(path) if path else "<defaults>"
@@ -179,9 +191,7 @@ def load_config(path: Path | None, **overrides: object) -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        more = len(exc.errors()) - 1
-        if more:
-            reason += f" (and {more} more error{'s' if more > 1 else ''})"
-        raise ConfigError(file, field_path(err["loc"]), reason) from None
+        errors = [ConfigError(file, field_path(err["loc"]),
+                              "unknown key" if err["type"] == "extra_forbidden" else err["msg"])
+                  for err in exc.errors()]
+        raise ConfigProblemsError(errors) from None

@@ -43,6 +43,7 @@ class Runtime:
         metrics: SelfMetrics | None = None,
         checkpoint_interval: float = 1.0,
         engine_loader: Callable[[], Engine] | None = None,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
         self.sources = list(sources)
         self.pipeline = pipeline
@@ -52,6 +53,7 @@ class Runtime:
         self.metrics = metrics
         self.checkpoint_interval = checkpoint_interval
         self.engine_loader = engine_loader
+        self.notify = notify or (lambda _message: None)
         self.reload_requested = threading.Event()
         self.start_mode = "none"
         self._next_commit = 0.0
@@ -204,10 +206,25 @@ class Runtime:
         """Swap in a freshly loaded pattern set, or keep the old one if it has errors."""
         if self.engine_loader is None:
             return False
+        self.notify(f"RELOADING=1\nMONOTONIC_USEC={int(time.monotonic() * 1e6)}")
+        try:
+            return self._reload(self.engine_loader)
+        finally:
+            self.notify(f"READY=1\nSTATUS={self.status_line()}")
+
+    def status_line(self) -> str:
+        """One line for systemd's STATUS= and the start-up log."""
+        signatures = len(self.pipeline.engine.patterns)
+        streams = sum(sum(report().values()) for s in self.sources
+                      if (report := getattr(s, "streams_by_source", None)) is not None)
+        return (f"{signatures} signatures, {streams} files followed, "
+                f"{self.pipeline.delivered} detections since start")
+
+    def _reload(self, loader: Callable[[], Engine]) -> bool:
         if self.metrics:
             self.metrics.reload_timestamp.set(self.clock.time())
         try:
-            engine = self.engine_loader()
+            engine = loader()
         except Exception as exc:  # noqa: BLE001 - any failure keeps the old set
             log.error("pattern_reload_failed", error=str(exc))
             if self.metrics:

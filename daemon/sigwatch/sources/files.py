@@ -432,6 +432,13 @@ class FileSource:
                     0, stream.last_size - stream.offset)
         return {name: (lag, "bytes", self._last_read.get(name)) for name, lag in behind.items()}
 
+    def streams_by_source(self) -> dict[str, int]:
+        """Files followed now, per configured source name (for start-up and status lines)."""
+        counts = {spec.name: 0 for spec in self.sources}
+        for tailer in self.tailers.values():
+            counts[tailer.source] = counts.get(tailer.source, 0) + len(tailer.streams())
+        return counts
+
     def more_waiting(self) -> bool:
         """True when a stream filled its read budget on the last pass."""
         return bool(self._behind)
