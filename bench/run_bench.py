@@ -538,10 +538,10 @@ def main() -> int:
     runs: list[Run] = []
     scan = [PY, "-m", "sigwatch", "scan", "--format", "json"]
 
-    def sw(name: str, pdir: Path, backend: str) -> Run:
-        out = work / f"{name.replace(' ', '_')}.jsonl"
-        r = best_of(name, [*scan, "--patterns", str(pdir), str(corpus)], args.repeat, lines,
-                    data_size, env=sigwatch_env(backend), out=out)
+    def sw(name: str, pdir: Path, backend: str, extra: tuple[str, ...] = ()) -> Run:
+        out = work / f"{name.replace(' ', '_').replace('/', '_')}.jsonl"
+        r = best_of(name, [*scan, *extra, "--patterns", str(pdir), str(corpus)], args.repeat,
+                    lines, data_size, env=sigwatch_env(backend), out=out)
         r.extra["detections"] = sum(1 for _ in out.open("rb"))
         empty = work / "empty.log"
         empty.write_bytes(b"")
@@ -555,6 +555,11 @@ def main() -> int:
 
     sw40 = sw("sigwatch 40 sigs (default install)", p40, "python")
     sw400 = sw("sigwatch 400 sigs (default install)", p400, "python")
+    full = builtin_pattern_dir()
+    nfull = len(library.signatures)
+    sw(f"sigwatch full library ({nfull} sigs, default install)", full, "python")
+    sw("sigwatch full library + detectors (step time, stalls, novel errors, bursts)", full,
+       "python", ("--detectors",))
     hs40 = hs400 = None
     if hyperscan_importable():
         hs40 = sw("sigwatch 40 sigs + hyperscan", p40, "hyperscan")
