@@ -321,6 +321,18 @@ def test_every_alerting_series_exists_at_zero_from_start_up() -> None:
         assert 0 == registry.get_sample_value(series, labels), series
 
 
+def test_a_detection_stamped_in_the_future_starts_now_so_alertmanager_accepts_it(
+        tmp_path: Path, clock: FakeClock, am: Recorder) -> None:
+    sink = make(tmp_path, clock, am, resolve_after=1.0)
+    sink.emit(detection(time=clock.time() + 3600))  # a log clock an hour ahead
+    sink.flush()
+    clock.advance(1)
+    sink.tick(clock.time())
+    [alert] = am.to(AM1)[-1]
+    assert alert["startsAt"] <= alert["endsAt"]
+    assert "2023-11-14T22:13:20.000Z" == alert["startsAt"]
+
+
 def test_a_url_that_is_not_http_is_refused(clock: FakeClock, am: Recorder) -> None:
     with pytest.raises(ValueError, match="not an http"):
         AlertmanagerSink(["am1:9093"], node="n", clock=clock, transport=am)

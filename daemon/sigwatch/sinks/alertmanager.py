@@ -123,6 +123,7 @@ class _Alert:
 
     def payload(self, now: float, firing_for: float) -> dict[str, Any]:
         ends = self.resolved_at if self.resolved_at is not None else now + firing_for
+        ends = max(ends, self.starts_at)  # Alertmanager rejects the whole batch otherwise
         body: dict[str, Any] = {
             "labels": dict(self.labels),
             "annotations": {**self.annotations, "repeats": str(self.repeats)},
@@ -310,7 +311,7 @@ class AlertmanagerSink:
         labels = {"alertname": ALERTNAME, "signature": d.signature,
                   "severity": d.severity.label, "node": self.node, "source": d.source}
         return _Alert(labels=labels, annotations={k: v for k, v in annotations.items() if v},
-                      starts_at=d.time, last_seen=now, generator_url=link)
+                      starts_at=min(d.time, now), last_seen=now, generator_url=link)
 
     def _make_room(self) -> None:
         """Keep at most ``max_alerts``: old resolutions go first, then the oldest incident."""
