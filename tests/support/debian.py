@@ -24,6 +24,7 @@ PACKAGES = {
     "prometheus-alertmanager": "prometheus-alertmanager",
     "amtool": "prometheus-alertmanager",
     "systemd-analyze": "systemd",
+    "logrotate": "logrotate",
 }
 
 _lock = threading.Lock()
@@ -41,7 +42,8 @@ def _install(package: str) -> str | None:
     """Install ``package``; returns why not, or None on success."""
     global _updated  # noqa: PLW0603 - one apt-get update per test session
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return f"{package} is not installed and this is not root on Debian (apt-get install {package})"
+        return (f"{package} is not installed and this is not root on Debian "
+                f"(apt-get install {package})")
     if not _updated:
         done = _apt("update", "-qq")
         if done.returncode != 0:
