@@ -2,7 +2,8 @@
 # sigwatch's single entry point for a fresh Debian machine. Installs what it needs itself.
 #   ./dev.sh run [ARGS...]    run the daemon (default configuration unless ARGS say otherwise)
 #   ./dev.sh test [PYTEST...]  run the whole test suite (what CI runs)
-#   ./dev.sh bench | reliability | mutations | catalogue | venv
+#   ./dev.sh recall [--misses]  recall and false alarms on the real corpus (tests/corpus/real)
+#   ./dev.sh bench | reliability | mutations | catalogue | coverage | venv
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${VENV:-.venv}
@@ -48,6 +49,8 @@ case "$cmd" in
   bench) venv; exec "$PY" bench/run_bench.py "$@" ;;
   reliability) venv; exec "$PY" bench/reliability.py "$@" ;;
   mutations) venv; exec "$PY" bench/mutations.py "$@" ;;
+  recall) venv; exec "$PY" bench/recall.py "$@" ;;
+  coverage) venv; exec "$PY" bench/coverage.py --write ;;
   catalogue) venv; "$VENV/bin/sigwatch" patterns catalogue > patterns/README.md ;;
-  *) sed -n '2,6p' "$0"; exit 2 ;;
+  *) sed -n '2,7p' "$0"; exit 2 ;;
 esac

@@ -25,8 +25,17 @@ from prometheus_client import CollectorRegistry
 
 from sigwatch import __version__
 from sigwatch.clock import Clock, SystemClock
-from sigwatch.config import Config
+from sigwatch.config import Config, DetectorSettings
 from sigwatch.detectors.base import Detector
+from sigwatch.detectors.burst import BurstDetector
+from sigwatch.detectors.progress import Extractor
+from sigwatch.detectors.templates import NovelErrorDetector
+from sigwatch.detectors.training import (
+    BadNumbersDetector,
+    ProgressReader,
+    StallDetector,
+    StepTimeDetector,
+)
 from sigwatch.errors import PatternError, SigwatchError
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
@@ -43,6 +52,11 @@ from sigwatch.sources.discovery import ChangeHints, SourceSpec, watch_roots
 from sigwatch.sources.files import FileSource, TailOptions
 from sigwatch.telemetry.logging import configure_logging
 from sigwatch.telemetry.metrics import SelfMetrics
+from sigwatch.web.app import WebApp, register_process_collectors
+from sigwatch.web.server import WebServer, parse_listen
+from sigwatch.web.settings import exposure_warning
+from sigwatch.web.status import Liveness, RegistryStatus, signature_infos
+from sigwatch.web.store import DetectionStore, StatusPageSink
 
 __all__ = ["Daemon", "build_daemon", "build_pipeline", "build_runtime", "run_daemon",
            "sd_notify"]
@@ -101,6 +115,38 @@ def build_pipeline(patterns: PatternSet | Engine, sinks: Sequence[Sink], *, cloc
                     detectors=detectors)
 
 
+def build_detectors(settings: DetectorSettings, *, clock: Clock, host: str = "",
+                    metrics: SelfMetrics | None = None) -> list[Detector]:
+    """The detectors beyond signatures, sharing one progress reader and one template miner."""
+    reader = ProgressReader([Extractor.user(e.name, e.regex) for e in settings.extractors])
+    out: list[Detector] = []
+    novel = NovelErrorDetector(
+        clock, learn_lines=settings.novel_error.learn_lines,
+        learn_seconds=settings.novel_error.learn_hours * 3600.0,
+        max_per_hour=settings.novel_error.max_per_hour, host=host, metrics=metrics)
+    if settings.novel_error.enabled:
+        out.append(novel)  # before the burst detector: it creates the templates bursts use
+    if settings.step_time.enabled:
+        out.append(StepTimeDetector(
+            clock, reader=reader, ratio=settings.step_time.ratio,
+            sustain=settings.step_time.sustain, warmup=settings.step_time.warmup, host=host,
+            metrics=metrics))
+    if settings.stall.enabled:
+        out.append(StallDetector(clock, reader=reader, factor=settings.stall.factor,
+                                 floor=settings.stall.floor_seconds, host=host,
+                                 metrics=metrics))
+    if settings.bad_numbers.enabled:
+        out.append(BadNumbersDetector(
+            clock, reader=reader, consecutive=settings.bad_numbers.consecutive,
+            min_loss_scale=settings.bad_numbers.min_loss_scale, host=host, metrics=metrics))
+    if settings.burst.enabled:
+        out.append(BurstDetector(clock, miner=novel.miner,
+                                 window=settings.burst.window_seconds,
+                                 factor=settings.burst.factor,
+                                 min_count=settings.burst.min_count, host=host))
+    return out
+
+
 def build_runtime(*, sources: Sequence[Source], pipeline: Pipeline, clock: Clock,
                   state_dir: Path | None, eventlog: EventLogSink | None,
                   metrics: SelfMetrics | None, checkpoint_interval: float = 1.0,
@@ -118,30 +164,29 @@ class Daemon:
 
     def __init__(self, runtime: Runtime, hints: ChangeHints | None,
                  roots: list[tuple[str, bool]], registry: CollectorRegistry,
-                 listen: str | None, metrics: SelfMetrics, wake: threading.Event,
-                 queued: Sequence[QueuedSink] = ()) -> None:
+                 server: WebServer | None, metrics: SelfMetrics, wake: threading.Event,
+                 queued: Sequence[QueuedSink] = (), liveness: Liveness | None = None,
+                 ) -> None:
         self.runtime = runtime
         self.hints = hints
         self.roots = roots
         self.registry = registry
-        self.listen = listen
+        self.server = server
         self.metrics = metrics
         self.wake = wake
         self.queued = list(queued)
+        self.liveness = liveness
         self.stopping = threading.Event()
         self.ready = threading.Event()
         self.http_port: int | None = None
-        self._server: object | None = None
 
-    def serve_metrics(self) -> None:
-        if not self.listen:
+    def serve_http(self) -> None:
+        """Bind the listener first: a port in use is a start-up error (exit status 2)."""
+        if self.server is None:
             return
-        host, _, port = self.listen.rpartition(":")
-        server, _thread = prometheus_client.start_http_server(
-            int(port), addr=host.strip("[]"), registry=self.registry)
-        self._server = server
-        self.http_port = server.server_address[1]
-        log.info("metrics_listening", address=f"{host}:{self.http_port}")
+        self.server.start()
+        self.http_port = self.server.port
+        log.info("http_listening", url=self.server.url())
 
     def request_stop(self) -> None:
         self.stopping.set()
@@ -153,7 +198,19 @@ class Daemon:
 
     def run(self) -> None:
         """Pump until asked to stop."""
-        self.serve_metrics()
+        self.serve_http()
+        try:
+            self._run()
+        finally:
+            if self.server is not None:
+                self.server.stop()
+
+    def _beat(self) -> None:
+        sd_notify("WATCHDOG=1")
+        if self.liveness is not None:
+            self.liveness.beat()
+
+    def _run(self) -> None:
         if self.hints is not None:
             mode = self.hints.start(self.roots)
             if mode == "inotify":
@@ -169,11 +226,14 @@ class Daemon:
             log.info("watching", mode=mode, roots=[r for r, _ in self.roots])
         self.runtime.start()
         sd_notify("READY=1")
+        self._beat()
+        if self.liveness is not None:
+            self.liveness.set_ready()
         self.ready.set()
         try:
             while not self.stopping.is_set():
                 progressed = self.runtime.run_once()
-                sd_notify("WATCHDOG=1")
+                self._beat()
                 for sink in self.queued:
                     self.metrics.sink_queue_depth.labels(sink.name).set(sink.depth())
                 if progressed:
@@ -186,8 +246,6 @@ class Daemon:
                 self.hints.stop()
             self.runtime.stop()
             self.runtime.pipeline.close()
-            if self._server is not None:
-                self._server.shutdown()  # type: ignore[attr-defined]
             log.info("stopped")
 
 
@@ -204,7 +262,7 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     metrics = SelfMetrics(registry, __version__)
     source_names = [s.name for s in config.sources]
     metrics.declare_sources(source_names)
-    dirs = list(config.patterns) or [builtin_pattern_dir()]
+    dirs = (list(config.patterns) or [builtin_pattern_dir()]) + list(config.add_patterns)
     loader = _engine_loader(dirs, config.regex_timeout, metrics, source_names)
     engine = loader()
     metrics.patterns_loaded.set(len(engine.patterns))
@@ -225,10 +283,17 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     outputs: list[Sink] = [ConsoleSink(sys.stdout)] if config.console else []
     for output in [*outputs, *extra_sinks]:
         queued.append(QueuedSink(output, clock=clock, on_error=failed, on_drop=dropped))
+    store: DetectionStore | None = None
+    if config.web.status_page:
+        store = DetectionStore(config.state_dir / "status.jsonl", capacity=config.web.history)
+        queued.append(QueuedSink(StatusPageSink(store), clock=clock, on_error=failed,
+                                 on_drop=dropped))
     sinks.extend(queued)
     metrics.declare_sinks(s.name for s in sinks)
-    pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics,
-                              host=socket.gethostname())
+    host = socket.gethostname()
+    detectors = build_detectors(config.detectors, clock=clock, host=host, metrics=metrics)
+    pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
+                              detectors=detectors)
     specs = [SourceSpec(s.name, tuple(s.paths), tuple(s.exclude), s.start_at)
              for s in config.sources]
     wake = threading.Event()
@@ -246,7 +311,32 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     roots = watch_roots([p for s in config.sources for p in s.paths])
     if not config.inotify:
         metrics.watch_mode.labels("polling").set(1)
-    return Daemon(runtime, hints, roots, registry, config.listen, metrics, wake, queued)
+    liveness = Liveness(clock, max_silence=30.0)
+    server = _build_web(config, registry, metrics, liveness, runtime, store, clock)
+    return Daemon(runtime, hints, roots, registry, server, metrics, wake, queued, liveness)
+
+
+def _build_web(config: Config, registry: CollectorRegistry, metrics: SelfMetrics,
+               liveness: Liveness, runtime: Runtime, store: DetectionStore | None,
+               clock: Clock) -> WebServer:
+    """The HTTP listener: /metrics, health, and (unless turned off) the status page."""
+    register_process_collectors(registry)
+    listen = parse_listen(config.listen)
+    web = config.web
+    warning = exposure_warning(listen, tls=web.tls_server_config is not None,
+                               auth=bool(web.basic_auth_users))
+    if warning:
+        log.warning("http_exposed", detail=warning)
+    status = RegistryStatus(
+        registry, [(s.name, "file") for s in config.sources],
+        signatures=lambda: signature_infos(runtime.pipeline.engine.patterns.signatures),
+        open_incidents=runtime.pipeline.open_incidents,
+        progress=runtime.progress)
+    app = WebApp(registry=registry, liveness=liveness,
+                 status=status if store is not None else None, store=store,
+                 auth=web.basic_auth(), clock=clock, node=socket.gethostname())
+    return WebServer(app, listen, tls=web.tls_config(), limits=web.server_limits(),
+                     on_event=lambda why: metrics.http_connections_dropped.labels(why).inc())
 
 
 def raise_fd_limit() -> None:

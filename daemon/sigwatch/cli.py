@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,17 +19,33 @@ from sigwatch import __version__
 from sigwatch.errors import InputError, PatternError, SigwatchError
 
 if TYPE_CHECKING:
+    from sigwatch.model import Detection
     from sigwatch.patterns.compiled import PatternSet
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
+EXIT_SIGPIPE = 128 + 13  # as a shell reports a process ended by SIGPIPE
 
 
 class _LoadFailedError(SigwatchError):
     def __init__(self, errors: Sequence[PatternError]) -> None:
         self.errors = list(errors)
         super().__init__("\n".join(str(e) for e in errors))
+
+
+def _pattern_dirs(args: argparse.Namespace) -> list[Path]:
+    """``--patterns`` replaces the built-in library; ``--add-patterns`` adds to it."""
+    from sigwatch.patterns.loader import builtin_pattern_dir
+
+    base = list(getattr(args, "patterns", None) or []) or [builtin_pattern_dir()]
+    return base + list(getattr(args, "add_patterns", None) or [])
+
+
+def _builtin() -> list[Path]:
+    from sigwatch.patterns.loader import builtin_pattern_dir
+
+    return [builtin_pattern_dir()]
 
 
 def _load_patterns(dirs: Sequence[Path] | None) -> PatternSet:
@@ -54,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="Files to tail (repeatable); replaces the configured sources.")
     run.add_argument("--patterns", action="append", type=Path, metavar="DIR",
                      help="Signature folders (repeatable); replace the built-in library.")
+    run.add_argument("--add-patterns", action="append", type=Path, metavar="DIR",
+                     help="Site signature folders (repeatable), loaded with the built-in "
+                          "library.")
     run.add_argument("--listen", metavar="HOST:PORT", help="Where /metrics is served.")
     run.add_argument("--state-dir", type=Path, metavar="DIR",
                      help="Where offsets are checkpointed.")
@@ -65,8 +85,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="Do not print detections on stdout.")
 
     scan = sub.add_parser("scan", help="Read files once from the start and print detections.")
-    scan.add_argument("--patterns", action="append", type=Path, metavar="DIR")
+    scan.add_argument("--patterns", action="append", type=Path, metavar="DIR",
+                      help="Signature folders (repeatable); replace the built-in library.")
+    scan.add_argument("--add-patterns", action="append", type=Path, metavar="DIR",
+                      help="Site signature folders added to the built-in library.")
     scan.add_argument("--format", choices=["text", "json"], default="text")
+    scan.add_argument("--detectors", action="store_true",
+                      help="Also run the detectors beyond signatures: step-time regressions "
+                           "(incident 004), bad numbers, bursts, novel errors.")
+    scan.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                      help="Colour the text output (auto: on a terminal, unless NO_COLOR).")
     scan.add_argument("--min-severity", choices=["info", "warning", "error", "critical"],
                       default="info", help="Only report detections at or above this level.")
     scan.add_argument("files", nargs="+", metavar="FILE", help="Files to read; - is stdin.")
@@ -78,21 +106,39 @@ def _parser() -> argparse.ArgumentParser:
                        ("catalogue", "Print the Markdown catalogue of the library.")):
         sp = pat_sub.add_parser(name, help=text)
         sp.add_argument("--patterns", action="append", type=Path, metavar="DIR")
+        sp.add_argument("--add-patterns", action="append", type=Path, metavar="DIR")
     show = pat_sub.add_parser("show", help="Show one signature.")
     show.add_argument("id")
     show.add_argument("--patterns", action="append", type=Path, metavar="DIR")
+    show.add_argument("--add-patterns", action="append", type=Path, metavar="DIR")
+    pat_sub.choices["list"].add_argument("--format", choices=["text", "json"], default="text")
     lint = pat_sub.choices["lint"]
     lint.add_argument("--relaxed", action="store_true",
                       help="Only the checks that apply to any user file, not library policy.")
 
     check = sub.add_parser("check-config", help="Validate a config file and its patterns.")
     check.add_argument("file", type=Path)
+
+    tpl = sub.add_parser("templates", help="Print the mined template id and text of each line.")
+    tpl.add_argument("--format", choices=["text", "csv"], default="text")
+    tpl.add_argument("files", nargs="+", metavar="FILE", help="Files to read; - is stdin.")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except BrokenPipeError:
+        # The reader went away (``sigwatch patterns list | head``): not an error worth a
+        # traceback. Point stdout at /dev/null so the interpreter's final flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_SIGPIPE
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         if args.command == "scan":
             return _scan(args, sys.stdout)
@@ -102,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check_config(args.file, sys.stdout)
         if args.command == "run":
             return _run(args)
+        if args.command == "templates":
+            from sigwatch.templating import print_templates
+
+            return print_templates(args.files, sys.stdout, fmt=args.format)
     except _LoadFailedError as exc:
         for err in exc.errors:
             print(f"sigwatch: {err}", file=sys.stderr)
@@ -118,13 +168,20 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
     from sigwatch.model import Severity, StreamInfo
     from sigwatch.scanning import scan_stream
     from sigwatch.sinks.base import CollectingSink
-    from sigwatch.sinks.console import format_detection
+    from sigwatch.sinks.console import Style, format_report, use_colour
 
-    patterns = _load_patterns(args.patterns)
+    patterns = _load_patterns(_pattern_dirs(args))
     sink = CollectingSink()
-    pipeline = build_pipeline(patterns, [sink], clock=SystemClock())
+    clock = SystemClock()
+    detectors = []
+    if args.detectors:
+        from sigwatch.app import build_detectors
+        from sigwatch.config import DetectorSettings
+
+        detectors = build_detectors(DetectorSettings(), clock=clock)
+    pipeline = build_pipeline(patterns, [sink], clock=clock, detectors=detectors)
     floor = Severity.parse(args.min_severity)
-    found = 0
+    shown: list[Detection] = []
     for name in args.files:
         before = len(sink.detections)
         try:
@@ -138,24 +195,24 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
         for d in sink.detections[before:]:
             if d.severity < floor:
                 continue
-            found += 1
-            if args.format == "json":
+            shown.append(d)
+            if args.format == "json":  # streamed: one object per line as it is found
                 out.write(json.dumps(d.to_json(), ensure_ascii=False) + "\n")
-            else:
-                out.write(format_detection(d) + "\n\n")
-    return EXIT_FOUND if found else EXIT_OK
+    if args.format == "text":
+        style = Style(use_colour(out, args.color))
+        out.write(format_report(shown, inputs=len(args.files), style=style))
+    return EXIT_FOUND if shown else EXIT_OK
 
 
 def _patterns(args: argparse.Namespace, out: TextIO) -> int:
     from sigwatch.checks.catalogue import render_catalogue
     from sigwatch.checks.lint import lint
     from sigwatch.checks.selftest import run_examples
-    from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
+    from sigwatch.patterns.loader import load_patterns
 
     action = args.patterns_command
     if action == "lint":
-        dirs = args.patterns or [builtin_pattern_dir()]
-        patterns, errors = load_patterns(dirs)
+        patterns, errors = load_patterns(_pattern_dirs(args))
         findings = lint(patterns, errors, strict=not args.relaxed)
         for f in findings:
             print(f"{f.level}: {f.render()}", file=out)
@@ -163,10 +220,19 @@ def _patterns(args: argparse.Namespace, out: TextIO) -> int:
         print(f"lint: {len(patterns)} signatures, {len(failed)} errors, "
               f"{len(findings) - len(failed)} warnings", file=out)
         return EXIT_FOUND if failed else EXIT_OK
-    patterns = _load_patterns(args.patterns)
+    patterns = _load_patterns(_pattern_dirs(args))
     if action == "list":
         for sig in patterns.signatures:
-            out.write(f"{sig.id:48} {sig.severity.label:8} {sig.action or '-':16} {sig.title}\n")
+            if args.format == "json":
+                out.write(json.dumps({
+                    "id": sig.id, "title": sig.title, "severity": sig.severity.label,
+                    "status": sig.status, "action": sig.action or None,
+                    "steps": len(sig.steps), "labels": dict(sig.labels),
+                    "remediation": sig.remediation.to_json(),
+                    "file": str(sig.path)}, ensure_ascii=False) + "\n")
+            else:
+                out.write(f"{sig.id:48} {sig.severity.label:8} {sig.action or '-':16} "
+                          f"{sig.title}\n")
         return EXIT_OK
     if action == "show":
         shown = patterns.get(args.id)
@@ -189,7 +255,7 @@ def _check_config(path: Path, out: TextIO) -> int:
     from sigwatch.config import load_config
 
     config = load_config(path)
-    patterns = _load_patterns(config.patterns or None)
+    patterns = _load_patterns((list(config.patterns) or _builtin()) + list(config.add_patterns))
     print(f"{path}: ok ({len(config.sources)} sources, {len(patterns)} signatures)", file=out)
     return EXIT_OK
 
@@ -200,7 +266,7 @@ def _run(args: argparse.Namespace) -> int:
 
     overrides: dict[str, object] = {
         "listen": args.listen, "state_dir": args.state_dir, "events": args.events,
-        "patterns": args.patterns,
+        "patterns": args.patterns, "add_patterns": args.add_patterns,
     }
     if args.no_console:
         overrides["console"] = False
@@ -212,5 +278,5 @@ def _run(args: argparse.Namespace) -> int:
     elif args.start_at:
         config = config.model_copy(update={"sources": [
             s.model_copy(update={"start_at": args.start_at}) for s in config.sources]})
-    _load_patterns(config.patterns or None)  # fail fast, before anything starts
+    _load_patterns((list(config.patterns) or _builtin()) + list(config.add_patterns))
     return run_daemon(config)

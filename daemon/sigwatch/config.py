@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sigwatch.detectors.progress import Extractor
 from sigwatch.errors import ConfigError, field_path
+from sigwatch.web.server import ListenAddressError, parse_listen
+from sigwatch.web.settings import WebSettings
 
 __all__ = ["DEFAULT_LISTEN", "DEFAULT_WATCH", "Config", "SourceConfig", "default_state_dir",
            "load_config"]
@@ -41,6 +45,76 @@ class SourceConfig(_Strict):
     start_at: Literal["end", "beginning"] = "end"
 
 
+class NovelErrorSettings(_Strict):
+    """``novel_error``: error lines whose template this node has never seen."""
+
+    enabled: bool = True
+    learn_lines: int = Field(default=2000, ge=0)
+    learn_hours: float = Field(default=6.0, ge=0)
+    max_per_hour: int = Field(default=20, ge=1)
+
+
+class StepTimeSettings(_Strict):
+    """``step_time_regression`` (and incident 004 on MI300/ROCm 6.3.0)."""
+
+    enabled: bool = True
+    ratio: float = Field(default=1.2, gt=1)
+    sustain: int = Field(default=5, ge=1)
+    warmup: int = Field(default=10, ge=0)
+
+
+class StallSettings(_Strict):
+    """``training_stalled``: progress lines stop for many times their usual interval."""
+
+    enabled: bool = True
+    factor: float = Field(default=10.0, gt=1)
+    floor_seconds: float = Field(default=300.0, gt=0)
+
+
+class BadNumbersSettings(_Strict):
+    """``training_nonfinite`` and ``training_loss_scale_minimum``."""
+
+    enabled: bool = True
+    consecutive: int = Field(default=3, ge=1)
+    min_loss_scale: float = Field(default=1.0, gt=0)
+
+
+class BurstSettings(_Strict):
+    """``burst``: a signature or template far above its own rate."""
+
+    enabled: bool = True
+    window_seconds: float = Field(default=60.0, gt=0)
+    factor: float = Field(default=10.0, gt=1)
+    min_count: int = Field(default=20, ge=1)
+
+
+class ExtractorConfig(_Strict):
+    """A user progress extractor: a regex with named groups (step, time, loss, ...)."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
+    regex: str = Field(min_length=1)
+
+    @field_validator("regex")
+    @classmethod
+    def _usable(cls, value: str) -> str:
+        try:
+            Extractor.user("check", value)
+        except (ValueError, re.error) as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
+class DetectorSettings(_Strict):
+    """Detectors beyond signatures; each can be turned off."""
+
+    novel_error: NovelErrorSettings = Field(default_factory=NovelErrorSettings)
+    step_time: StepTimeSettings = Field(default_factory=StepTimeSettings)
+    stall: StallSettings = Field(default_factory=StallSettings)
+    bad_numbers: BadNumbersSettings = Field(default_factory=BadNumbersSettings)
+    burst: BurstSettings = Field(default_factory=BurstSettings)
+    extractors: list[ExtractorConfig] = Field(default_factory=list)
+
+
 def _default_sources() -> list[SourceConfig]:
     return [SourceConfig(name="training", paths=[DEFAULT_WATCH])]
 
@@ -49,7 +123,8 @@ class Config(_Strict):
     """Everything the composition root needs; components never see this object."""
 
     sources: list[SourceConfig] = Field(default_factory=_default_sources, min_length=1)
-    patterns: list[Path] = Field(default_factory=list)
+    patterns: list[Path] = Field(default_factory=list)  # empty: the built-in library
+    add_patterns: list[Path] = Field(default_factory=list)  # site folders, loaded as well
     listen: str = DEFAULT_LISTEN
     state_dir: Path = Field(default_factory=default_state_dir)
     events: Path | None = None
@@ -64,14 +139,16 @@ class Config(_Strict):
     inotify: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
+    web: WebSettings = Field(default_factory=WebSettings)
+    detectors: DetectorSettings = Field(default_factory=DetectorSettings)
 
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:
-        _host, sep, port = value.rpartition(":")
-        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-            msg = "must be HOST:PORT"
-            raise ValueError(msg)
+        try:
+            parse_listen(value)
+        except ListenAddressError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @field_validator("sources")

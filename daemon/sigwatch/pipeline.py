@@ -216,6 +216,15 @@ class Pipeline:
                 out.extend(self._deliver_all(detector.tick(now)))
         return out
 
+    def open_incidents(self) -> list[Detection]:
+        """Detections still open (a stall, a regression) from detectors that keep any."""
+        out: list[Detection] = []
+        for det in self.detectors:
+            report = getattr(det, "open_incidents", None)
+            if report is not None:
+                out.extend(report())
+        return out
+
     def next_deadline(self) -> float | None:
         deadlines = [d for det in self.detectors if (d := det.next_deadline()) is not None]
         return min(deadlines) if deadlines else None
@@ -308,10 +317,11 @@ class Pipeline:
         for index, pattern in self._interests:
             assert pattern is not None
             pos = 0
-            for hit in pattern.finditer(data):
+            while True:  # one hit per line: continue from the end of the line hit
+                hit = pattern.search(data, pos)
+                if hit is None:
+                    break
                 at = hit.start()
-                if at < pos:
-                    continue
                 start = data.rfind(b"\n", 0, at) + 1
                 end = data.find(b"\n", at)
                 if end == -1:

@@ -42,7 +42,7 @@ def test_sigkill_chaos_exactly_once(tmp_path: Path) -> None:
             daemon.wait(timeout=10)
             kills += 1
             log = tmp_path / "daemon.log"
-            listening_before = log.read_bytes().count(b"metrics_listening")
+            listening_before = log.read_bytes().count(b"http_listening")
             daemon = start_daemon_process(tmp_path)
         assert writer.wait(timeout=120) == 0
         events = tmp_path / "events.jsonl"
@@ -54,7 +54,7 @@ def test_sigkill_chaos_exactly_once(tmp_path: Path) -> None:
             except subprocess.TimeoutExpired:
                 pass
         while time.monotonic() < deadline and \
-                log.read_bytes().count(b"metrics_listening") <= listening_before:
+                log.read_bytes().count(b"http_listening") <= listening_before:
             daemon.wait(timeout=0.05) if daemon.poll() is not None else time.sleep(0.05)
         daemon.send_signal(signal.SIGTERM)  # handlers are installed by now
         assert daemon.wait(timeout=20) == 0

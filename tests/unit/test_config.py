@@ -66,3 +66,15 @@ class TestConfig:
 
         with pytest.raises(ConfigError, match="duplicate source name"):
             load_config(path)
+
+
+def test_the_readme_config_example_is_valid() -> None:
+    """The documented example must load as written."""
+    import tomllib
+
+    from sigwatch.config import Config
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = text[text.index("### Config file (TOML)"):]
+    block = block[block.index("```toml") + 7:]
+    Config.model_validate(tomllib.loads(block[:block.index("```")]))

@@ -8,6 +8,7 @@ kinds.
 
 from __future__ import annotations
 
+import re as std_re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,13 @@ def _lint_signature(sig: CompiledSignature, strict: bool) -> list[Finding]:
             add("P005", f"{field}.keywords",
                 "no keyword could be derived; give [match] keywords so the prefilter works",
                 level="warning")
+        if step.prefregex:
+            gate = std_re.compile(step.prefregex.encode("utf-8"))
+            for text in hit:
+                if not gate.search(text.encode("utf-8")):
+                    add("P014", f"{field}.prefregex",
+                        f"example line matches the regex but not the prefregex (the "
+                        f"prefilter would skip it): {text[:80]!r}")
         if _probe(step.pattern, _stress_inputs(lines)) is None:
             add("P006", f"{field}.regex",
                 f"catastrophic backtracking: a stress input ran past {PROBE_TIMEOUT}s")

@@ -137,6 +137,10 @@ class SequenceTracker:
                     fired.extend(self._open.popitem(last=False)[1].held)
         if opened:
             fired = self._hold_superseded(fired, opened)
+        if len(fired) > 1:
+            # Root causes first: fallout detected on the same line (a generic traceback and the
+            # specific exception it ends with) can then name them as its root cause.
+            fired.sort(key=lambda f: bool(getattr(patterns.get(f.signature), "caused_by", ())))
         return fired
 
     @staticmethod

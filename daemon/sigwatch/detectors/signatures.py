@@ -9,6 +9,7 @@ quoted from the lines before the trigger, filtered by the signature's ``include`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from sigwatch.clock import Clock
@@ -18,6 +19,9 @@ from sigwatch.model import Detection
 from sigwatch.patterns.compiled import CompiledSignature, PatternSet
 
 __all__ = ["HOLD_SECONDS", "SignatureDetector"]
+
+MAX_STORY_LINES = 40
+"""At most this many lines between a sequence's first and last step are quoted."""
 
 HOLD_SECONDS = 5.0
 """How long a generic detection waits for a specific multi-step signature that may supersede it."""
@@ -40,6 +44,7 @@ class SignatureDetector:
         self._lineno_of = lineno_of or (lambda _h: 0)
         self._trackers: dict[int, SequenceTracker] = {}
         self._streams: dict[int, StreamContext] = {}
+        self._said_once: set[tuple[str, str]] = set()  # (stream key, signature)
 
     # -- reload ---------------------------------------------------------------------------------
 
@@ -71,7 +76,17 @@ class SignatureDetector:
             if match.step == 0 and sig is not None and sig.context_before:
                 context_of[sig.id] = self._context(sig, event)
         fired = tracker.feed(patterns, list(event.matches), context_of, self.clock.monotonic())
+        fired = [self._with_story(f, event) for f in fired]
         return self._detections(event.stream, fired)
+
+    def _with_story(self, f: Fired, event: LineEvent) -> Fired:
+        """A completed sequence quotes the lines from its first step to its last: the frames
+        of a traceback up to the exception, the stack after a SIGSEGV up to the frame."""
+        if f.last is f.first or f.last.line is not event.line:
+            return f
+        span = min(event.line.lineno - f.first.line.lineno, MAX_STORY_LINES)
+        story = event.recent.before(span, event.line.rank) if span > 0 else []
+        return dataclasses.replace(f, context=(*f.context, *story))
 
     def after_chunk(self, handle: int) -> list[Detection]:
         """Release holds whose line window passed (called after each chunk of a stream)."""
@@ -133,6 +148,11 @@ class SignatureDetector:
             sig = patterns.get(f.signature)
             if sig is None or f.signature in superseded:
                 continue
+            if sig.once_per_stream:
+                said = (stream.info.key, sig.id)
+                if said in self._said_once:
+                    continue
+                self._said_once.add(said)
             out.append(self._detection(sig, stream, f, now))
         return out
 

@@ -147,17 +147,31 @@ def _trie_regex(keys: Iterable[tuple[bytes, bool]]) -> bytes:
 class _PythonScan:
     """The pure-``re`` backend for a subset of the steps."""
 
-    def __init__(self, filters: dict[StepRef, StepFilter]) -> None:
+    def __init__(self, filters: dict[StepRef, StepFilter],
+                 hints: dict[StepRef, str] | None = None) -> None:
+        hints = hints or {}
         self.relaxed: dict[StepRef, re.Pattern[bytes]] = {}
         by_needle: dict[tuple[bytes, bool], list[StepRef]] = defaultdict(list)
-        self.weak: list[tuple[StepRef, re.Pattern[bytes]]] = []
+        # A weak step: (ref, relaxed regex on lowercased bytes, gate). The gate is the
+        # alternation of its anchor literals (one of which every match contains): only lines
+        # that hold one are given to the relaxed regex, which may be slow to run everywhere.
+        self.weak: list[tuple[StepRef, re.Pattern[bytes], re.Pattern[bytes] | None]] = []
+        self.hinted = frozenset(hints)
         for ref, f in filters.items():
             if f.relaxed is not None:
                 self.relaxed[ref] = re.compile(f.relaxed)
             anchor = tuple((text.encode(), ci) for text, ci in f.anchor)
             if not anchor or f.weak:
                 assert f.relaxed_lower is not None
-                self.weak.append((ref, re.compile(f.relaxed_lower)))
+                gate = None
+                if ref in hints:  # the signature's own prefregex (case-sensitive)
+                    gate = re.compile(hints[ref].encode("utf-8"))
+                # A relaxed regex that starts with a literal is found by memchr already.
+                elif anchor and not re.match(rb"[a-z0-9_]{2}", f.relaxed_lower):
+                    literals = sorted({re.escape(t.lower()) for t, _ci in anchor},
+                                      key=len, reverse=True)
+                    gate = re.compile(b"|".join(literals))
+                self.weak.append((ref, re.compile(f.relaxed_lower), gate))
             else:
                 for needle in anchor:
                     by_needle[needle].append(ref)
@@ -206,9 +220,28 @@ class _PythonScan:
             # Common anchors: the relaxed regex itself, on ASCII-lowercased bytes, where its
             # first letters are a plain literal that ``re`` searches for with memchr.
             low = (data if start == 0 and end == len(data) else data[start:end]).lower()
-            for ref, rx in self.weak:
-                for m in rx.finditer(low):
-                    out.setdefault(line_of(data, start + m.start(), start), set()).add(ref)
+            for ref, rx, gate in self.weak:
+                if gate is None:
+                    for m in rx.finditer(low):
+                        out.setdefault(line_of(data, start + m.start(), start), set()).add(ref)
+                    continue
+                pos = 0
+                # The signature's prefregex is case-sensitive (the original bytes); the anchor
+                # gate is lowercase literals (the lowered bytes). Same offsets either way.
+                haystack = (data[start:end] if start or end != len(data) else data) \
+                    if ref in self.hinted else low
+                while True:
+                    g = gate.search(haystack, pos)
+                    if g is None:
+                        break
+                    line_start = low.rfind(b"\n", 0, g.start()) + 1
+                    line_end = low.find(b"\n", g.end())
+                    if line_end == -1:
+                        line_end = len(low)
+                    m = rx.search(low, line_start, line_end)
+                    if m is not None:
+                        out.setdefault(line_of(data, start + m.start(), start), set()).add(ref)
+                    pos = line_end + 1
 
 
 
@@ -308,7 +341,10 @@ class Prefilter:
             if hs.rejected:
                 self._scanners.append(_PythonScan(hs.rejected))
         elif analysable and backend != "none":
-            self._scanners.append(_PythonScan(analysable))
+            hints = {(si, k): step.prefregex
+                     for si, sig in enumerate(patterns.signatures)
+                     for k, step in enumerate(sig.steps) if step.prefregex}
+            self._scanners.append(_PythonScan(analysable, hints))
         self._relaxed: dict[StepRef, re.Pattern[bytes]] = {
             ref: re.compile(f.relaxed) for ref, f in analysable.items() if f.relaxed}
         self._ci_steps = tuple(ref for ref, f in analysable.items()

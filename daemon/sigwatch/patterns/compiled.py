@@ -36,6 +36,9 @@ class CompiledStep:
     keywords: tuple[str, ...]
     within_lines: int
     keywords_derived: bool
+    # A cheap, case-sensitive ``re`` pattern every line of this step also matches (fail2ban's
+    # ``prefregex``): the prefilter searches it when the step has no usable literal anchor.
+    prefregex: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ class CompiledSignature:
     path: Path
     raw: Any  # the validated SignatureFile, for lint and `patterns show`
     sources: frozenset[str] = frozenset({"any"})  # stream kinds it applies to (kinds.applies)
+    once_per_stream: bool = False
 
     @property
     def action(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re as std_re
 import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -24,6 +25,9 @@ __all__ = ["builtin_pattern_dir", "compile_signature", "find_pattern_files", "lo
 
 SKIPPED_DIRS = frozenset({"deprecated", "samples"})
 
+
+DEFAULT_CONTEXT_BEFORE = 5
+"""Lines quoted before the trigger when a signature does not say (``[context] before``)."""
 
 def builtin_pattern_dir() -> Path:
     """The signature library shipped with sigwatch (inside the wheel, or the source tree)."""
@@ -69,13 +73,21 @@ def _compile_step(spec: StepSpec | MatchSpec, file: str, field: str) -> Compiled
     keywords = spec.keywords
     within = spec.within_lines if isinstance(spec, StepSpec) else 0
     pattern = _compile_regex(regex_text, file, f"{field}.regex")
+    pref = spec.prefregex
+    if pref is not None:
+        try:
+            std_re.compile(pref.encode("utf-8"))
+        except std_re.error as exc:
+            pos = f" at position {exc.pos}" if exc.pos is not None else ""
+            raise PatternError(file, f"{field}.prefregex", f"{exc.msg}{pos}") from None
     if keywords is not None:
         bad = [k for k in keywords if not k]
         if bad:
             raise PatternError(file, f"{field}.keywords", "keywords must not be empty strings")
-        return CompiledStep(pattern, regex_text, tuple(keywords), within, keywords_derived=False)
+        return CompiledStep(pattern, regex_text, tuple(keywords), within, keywords_derived=False,
+                            prefregex=pref)
     return CompiledStep(pattern, regex_text, derive_keywords(regex_text), within,
-                        keywords_derived=True)
+                        keywords_derived=True, prefregex=pref)
 
 
 def compile_signature(raw: SignatureFile, path: Path) -> CompiledSignature:
@@ -94,11 +106,13 @@ def compile_signature(raw: SignatureFile, path: Path) -> CompiledSignature:
         status=raw.status,
         description=raw.description,
         steps=tuple(steps),
-        context_before=raw.context.before,
+        context_before=(DEFAULT_CONTEXT_BEFORE if raw.context.before is None
+                        else raw.context.before),
         context_include=include,
         remediation=Remediation(rem.summary, tuple(rem.steps), rem.runbook, rem.action or ""),
         labels=tuple(sorted(raw.labels.items())),
         supersedes=frozenset(raw.supersedes),
+        once_per_stream=raw.once_per_stream,
         caused_by=tuple(raw.collateral.caused_by) if raw.collateral else (),
         collateral_window=raw.collateral.within_seconds if raw.collateral else 0.0,
         collateral_severity=(Severity.parse(raw.collateral.severity)

@@ -43,6 +43,7 @@ class StepSpec(_Strict):
 
     regex: str = Field(min_length=1)
     keywords: list[str] | None = None
+    prefregex: str | None = Field(default=None, min_length=1)
     within_lines: int = Field(default=50, ge=1, le=10_000)
 
 
@@ -51,13 +52,14 @@ class MatchSpec(_Strict):
 
     regex: str = Field(min_length=1)
     keywords: list[str] | None = None
+    prefregex: str | None = Field(default=None, min_length=1)
     then: list[StepSpec] = Field(default_factory=list)
 
 
 class ContextSpec(_Strict):
-    """Lines before the trigger to quote in the detection."""
+    """Lines before the trigger to quote in the detection (default: a few, for every signature)."""
 
-    before: int = Field(default=0, ge=0, le=200)
+    before: int | None = Field(default=None, ge=0, le=200)
     include: list[str] = Field(default_factory=list)
 
 
@@ -106,6 +108,8 @@ class SignatureFile(_Strict):
     references: list[str] = Field(default_factory=list)
     falsepositives: list[str] = Field(default_factory=list)
     supersedes: list[str] = Field(default_factory=list)
+    # A note (platform evidence, a configuration) worth saying once per stream, not per line.
+    once_per_stream: bool = False
     # Which kinds of stream it applies to: "kernel" (kmsg, the journal's kernel messages),
     # "job" (training logs, stderr, containers), or "any". See sigwatch.patterns.kinds.
     sources: list[SourceKind] = Field(default_factory=_any_source, min_length=1)

@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import structlog
 
@@ -56,6 +57,7 @@ class Runtime:
         self._next_commit = 0.0
         self._dirty = False
         self._checkpoint_failing = False
+        self._progress: dict[str, tuple[float | None, Any, float | None]] = {}
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -132,10 +134,28 @@ class Runtime:
             pipeline.flush()
         if self._dirty and self.clock.monotonic() >= self._next_commit:
             self.commit()
+        self._update_progress()
         return progressed
 
     def more_waiting(self) -> bool:
         return any(s.more_waiting() for s in self.sources)
+
+    def progress(self, name: str) -> tuple[float | None, Any, float | None]:
+        """(lag, unit, last read wall time) of a configured source name, for the status page."""
+        return self._progress.get(name, (None, "none", None))
+
+    def _update_progress(self) -> None:
+        for source in self.sources:
+            report = getattr(source, "progress", None)
+            if report is None:
+                continue
+            for name, (lag, unit, last) in report().items():
+                self._progress[name] = (lag, unit, last)
+                if self.metrics is not None:
+                    if lag is not None:
+                        self.metrics.source_lag.labels(name, unit).set(lag)
+                    if last is not None:
+                        self.metrics.source_last_read.labels(name).set(last)
 
     def next_wakeup(self) -> float:
         """Seconds until a source's timer or a detector's deadline."""

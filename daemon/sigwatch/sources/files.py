@@ -149,6 +149,7 @@ class FileSource:
         self._last_rescan_wall = 0.0
         self._saved_at = 0.0
         self._followed: list[FileRecord] = []
+        self._last_read: dict[str, float] = {}
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -422,6 +423,15 @@ class FileSource:
             for stream in tailer.expire_drained(now, idle):
                 yield from self._close_stream(stream)
 
+    def progress(self) -> dict[str, tuple[float | None, str, float | None]]:
+        """Per configured source: bytes not read yet (as of the last look), unit, last read."""
+        behind: dict[str, float] = {spec.name: 0.0 for spec in self.sources}
+        for tailer in self.tailers.values():
+            for stream in tailer.streams():
+                behind[stream.source] = behind.get(stream.source, 0.0) + max(
+                    0, stream.last_size - stream.offset)
+        return {name: (lag, "bytes", self._last_read.get(name)) for name, lag in behind.items()}
+
     def more_waiting(self) -> bool:
         """True when a stream filled its read budget on the last pass."""
         return bool(self._behind)
@@ -445,6 +455,7 @@ class FileSource:
             return 0
         if self.metrics:
             self.metrics.bytes_read.labels(stream.source).inc(nbytes)
+        self._last_read[stream.source] = self.clock.time()
         yield from self._lines(stream, segments, nbytes)
         return nbytes
 

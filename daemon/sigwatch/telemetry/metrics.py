@@ -109,6 +109,13 @@ class SelfMetrics:
         self.sink_queue_depth = Gauge(
             "sigwatch_sink_queue_depth", "Detections waiting in a sink's queue.", ["sink"],
             registry=r)
+        self.source_lag = Gauge(
+            "sigwatch_source_lag",
+            "How far a source's reader is behind its input: bytes for files, seconds for the "
+            "journal, records for the kernel log.", ["source", "unit"], registry=r)
+        self.source_last_read = Gauge(
+            "sigwatch_source_last_read_timestamp_seconds",
+            "Unix time a source last read anything (0 = never).", ["source"], registry=r)
         self.build_info = Info(
             "sigwatch_build", "sigwatch version.", registry=r)
         self.build_info.info({"version": version})
@@ -121,7 +128,27 @@ class SelfMetrics:
             ["reason"], registry=r)
         for reason in ("busy", "timeout", "tls_error", "disconnect"):
             self.http_connections_dropped.labels(reason)
-        # Paging and reader health (sinks/alertmanager.py, deploy/prometheus rules). An alert is
+        # --- Detectors beyond signatures (issue 13): training progress and novel errors. ---
+        # Labels: the configured source name and the progress extractor that read the line
+        # (a closed set: built-in names plus the configured user extractors). Template ids
+        # are never labels. The detectors create their series when a stream of a source opens.
+        self.novel_errors = Counter(
+            "sigwatch_novel_errors",
+            "Error-looking lines whose template was never seen on this node (novel_error).",
+            ["source"], registry=r)
+        self.step_seconds = Gauge(
+            "sigwatch_training_step_seconds",
+            "Latest training step time read from a progress line (or its it/s rate).",
+            ["source", "kind"], registry=r)
+        self.throughput = Gauge(
+            "sigwatch_training_throughput",
+            "Latest training throughput read from a progress line, in the trainer's own unit "
+            "(samples, tokens or images per second).",
+            ["source", "kind"], registry=r)
+        self.progress_lines = Counter(
+            "sigwatch_training_progress_lines", "Training progress lines recognised.",
+            ["source", "kind"], registry=r)
+        # Direct paging (sinks/alertmanager.py; the deploy/prometheus rules use them). An alert is
         # one incident (signature, node, source) posted to every Alertmanager replica; every
         # series below exists at zero from start-up so the shipped rules see the first change.
         self.alerts_raised = Counter(
@@ -160,20 +187,6 @@ class SelfMetrics:
         self.alerts_dropped.labels("queue_full")
         for reason in ("connect", "timeout", "rejected", "server_error"):
             self.alert_post_failures.labels(reason)
-        # Reader health, set by the runtime from each source's progress (per configured source;
-        # declared with the other per-source series in ``declare_sources``).
-        self.source_unread_bytes = Gauge(
-            "sigwatch_source_unread_bytes",
-            "Bytes written to a source's streams and not read yet (byte-positioned sources).",
-            ["source"], registry=r)
-        self.source_lag_seconds = Gauge(
-            "sigwatch_source_lag_seconds",
-            "How far behind the newest entry a source is, in seconds (journal-like sources).",
-            ["source"], registry=r)
-        self.source_last_read = Gauge(
-            "sigwatch_source_last_read_timestamp_seconds",
-            "Unix time of the last read that returned data from a source (0 = never).",
-            ["source"], registry=r)
 
     def declare_signatures(
         self, signatures: Iterable[tuple[str, str]], sources: Iterable[str],
@@ -200,6 +213,4 @@ class SelfMetrics:
                            self.rotations, self.truncations, self.nul_bytes_skipped):
                 metric.labels(source)
             self.files_watched.labels(source)
-            for gauge in (self.source_unread_bytes, self.source_lag_seconds,
-                          self.source_last_read):
-                gauge.labels(source)
+            self.source_last_read.labels(source)

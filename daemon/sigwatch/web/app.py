@@ -81,7 +81,7 @@ def _compile(template: str) -> re.Pattern[str]:
 
 
 class WebApp:
-    """Routes requests; turns ``BadRequestError`` into 400 and any other failure into a logged 500."""
+    """Routes requests: ``BadRequestError`` becomes 400, any other failure a logged 500."""
 
     def __init__(
         self,

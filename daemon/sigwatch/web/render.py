@@ -38,7 +38,7 @@ CSS = """
 --line:#343a41;--soft:#1e2227;--hit:#4d4300;--link:#8ab4f8}}
 *{box-sizing:border-box}
 body{margin:0;font:16px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;
-color:var(--fg);background:var(--bg)}
+color:var(--fg);background:var(--bg);overflow-wrap:anywhere}
 header{display:flex;flex-wrap:wrap;gap:.25rem 1rem;align-items:baseline;padding:.6rem 1rem;
 border-bottom:1px solid var(--line);background:var(--soft)}
 header .brand{font-weight:700;color:var(--fg);text-decoration:none}
@@ -53,6 +53,7 @@ a{color:var(--link)}
 font-weight:700;text-transform:uppercase;color:#fff;vertical-align:middle}
 .sev-critical{background:var(--crit)}.sev-error{background:var(--err)}
 .sev-warning{background:var(--warn)}.sev-info{background:var(--info)}
+.sev,th,label,button{overflow-wrap:normal;white-space:nowrap}
 .state{font-weight:700}.state-bad{color:var(--err)}.state-ok{color:#2e7d32}
 table{border-collapse:collapse;width:100%;font-size:.95rem}
 th,td{text-align:left;vertical-align:top;padding:.35rem .5rem;border-bottom:1px solid var(--line)}

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Recall and false alarms of the signature library on the real corpus (``tests/corpus/real``).
+
+Each excerpt is one TOML file, ``tests/corpus/real/<family>/<slug>.toml``, with ``url``, ``kind``,
+``class``, ``expect`` ("alarm" or "quiet"), optional ``signatures`` and the verbatim ``text``.
+An excerpt that expects an alarm is caught when the real engine makes a detection at warning or
+above (one of ``signatures`` when the file names any). A quiet excerpt must make none.
+
+    ./dev.sh recall            # table per class and overall; exit 1 below EXPECTED.toml or on
+                               # any false alarm
+    ./dev.sh recall --misses   # also print what each missed or false-alarming excerpt produced
+
+The floor is ``tests/corpus/real/EXPECTED.toml``; the README cites it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "daemon"))
+
+from sigwatch.app import build_pipeline  # noqa: E402
+from sigwatch.clock import FakeClock  # noqa: E402
+from sigwatch.model import Detection, Severity, StreamInfo  # noqa: E402
+from sigwatch.patterns.compiled import PatternSet  # noqa: E402
+from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns  # noqa: E402
+from sigwatch.pipeline import Engine  # noqa: E402
+from sigwatch.scanning import scan_bytes  # noqa: E402
+from sigwatch.sinks.base import CollectingSink  # noqa: E402
+
+__all__ = [
+    "CORPUS",
+    "EXPECTED",
+    "Excerpt",
+    "Outcome",
+    "Report",
+    "build_engine",
+    "detect",
+    "evaluate",
+    "load_corpus",
+    "load_expected",
+    "main",
+    "render",
+]
+
+CORPUS = REPO / "tests" / "corpus" / "real"
+EXPECTED = CORPUS / "EXPECTED.toml"
+KINDS = frozenset({"issue", "forum", "docs", "paste", "source"})
+ALARM_FLOOR = Severity.WARNING
+
+
+@dataclass(frozen=True, slots=True)
+class Excerpt:
+    """One verbatim excerpt and what the library should do with it."""
+
+    path: Path
+    url: str
+    kind: str
+    cls: str
+    expect: str
+    signatures: tuple[str, ...]
+    text: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.parent.name}/{self.path.stem}"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the engine made of one excerpt."""
+
+    excerpt: Excerpt
+    detections: tuple[Detection, ...]
+    ok: bool
+
+    @property
+    def loud(self) -> tuple[Detection, ...]:
+        return tuple(d for d in self.detections if d.severity >= ALARM_FLOOR)
+
+
+@dataclass(slots=True)
+class Report:
+    """Counts per class and overall."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def per_class(self) -> dict[str, tuple[int, int, int, int]]:
+        """class -> (failures, caught, healthy, false alarms)."""
+        rows: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        for o in self.outcomes:
+            row = rows[o.excerpt.cls]
+            if o.excerpt.expect == "alarm":
+                row[0] += 1
+                row[1] += o.ok
+            else:
+                row[2] += 1
+                row[3] += not o.ok
+        return {k: (v[0], v[1], v[2], v[3]) for k, v in sorted(rows.items())}
+
+    @property
+    def failures(self) -> int:
+        return sum(o.excerpt.expect == "alarm" for o in self.outcomes)
+
+    @property
+    def caught(self) -> int:
+        return sum(o.ok for o in self.outcomes if o.excerpt.expect == "alarm")
+
+    @property
+    def healthy(self) -> int:
+        return sum(o.excerpt.expect == "quiet" for o in self.outcomes)
+
+    @property
+    def false_alarms(self) -> int:
+        return sum(not o.ok for o in self.outcomes if o.excerpt.expect == "quiet")
+
+    @property
+    def recall(self) -> float:
+        return self.caught / self.failures if self.failures else 1.0
+
+    def min_class_recall(self) -> float:
+        values = [caught / n for n, caught, _h, _f in self.per_class().values() if n]
+        return min(values, default=1.0)
+
+
+def load_corpus(root: Path = CORPUS) -> list[Excerpt]:
+    """Every excerpt file below ``root``; raises ValueError naming a malformed file."""
+    out: list[Excerpt] = []
+    for path in sorted(root.glob("*/*.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        unknown = set(data) - {"url", "kind", "class", "expect", "signatures", "text"}
+        problems = [f"unknown key {k!r}" for k in sorted(unknown)]
+        if not str(data.get("url", "")).startswith(("https://", "http://")):
+            problems.append("url must be a public http(s) address")
+        if data.get("kind") not in KINDS:
+            problems.append(f"kind must be one of {sorted(KINDS)}")
+        if data.get("expect") not in ("alarm", "quiet"):
+            problems.append("expect must be 'alarm' or 'quiet'")
+        if not data.get("class") or not str(data.get("text", "")).strip():
+            problems.append("class and text are required")
+        if problems:
+            raise ValueError(f"{path}: {'; '.join(problems)}")
+        out.append(Excerpt(path, data["url"], data["kind"], data["class"], data["expect"],
+                           tuple(data.get("signatures", ())), data["text"]))
+    return out
+
+
+def load_expected(path: Path = EXPECTED) -> dict[str, float]:
+    """The recorded floor: ``recall`` (overall) and ``class_recall`` (every class)."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    return {"recall": float(data["recall"]), "class_recall": float(data["class_recall"])}
+
+
+def build_engine(patterns: PatternSet | None = None) -> Engine:
+    """The built-in library compiled once; every excerpt is scanned with it."""
+    if patterns is None:
+        patterns, errors = load_patterns([builtin_pattern_dir()])
+        if errors:
+            raise SystemExit("\n".join(str(e) for e in errors))
+    return Engine(patterns)
+
+
+def detect(engine: Engine, text: str, name: str) -> list[Detection]:
+    """Every detection the real runtime makes on ``text`` (as ``sigwatch scan`` does).
+
+    The one place that calls the runtime: swap this body when its API changes.
+    """
+    sink = CollectingSink()
+    pipeline = build_pipeline(engine, [sink], clock=FakeClock())
+    scan_bytes(pipeline, StreamInfo("recall", name, name), text.encode("utf-8"))
+    return list(sink.detections)
+
+
+def judge(excerpt: Excerpt, detections: Sequence[Detection]) -> bool:
+    """True when the engine did what the excerpt expects."""
+    loud = [d for d in detections if d.severity >= ALARM_FLOOR]
+    if excerpt.expect == "quiet":
+        return not loud
+    if excerpt.signatures:
+        return any(d.signature in excerpt.signatures for d in loud)
+    return bool(loud)
+
+
+def evaluate(engine: Engine, excerpts: Sequence[Excerpt]) -> Report:
+    """Run every excerpt through the engine."""
+    report = Report()
+    for ex in excerpts:
+        found = tuple(detect(engine, ex.text, ex.name))
+        report.outcomes.append(Outcome(ex, found, judge(ex, found)))
+    return report
+
+
+def render(report: Report, *, misses: bool = False) -> str:
+    """The table ``./dev.sh recall`` prints."""
+    lines = [f"{'class':32} {'failures':>8} {'caught':>6} {'recall':>6} "
+             f"{'healthy':>7} {'false':>5}"]
+    for cls, (n, caught, healthy, false) in report.per_class().items():
+        recall = f"{caught / n:.2f}" if n else "-"
+        lines.append(f"{cls:32} {n:8} {caught:6} {recall:>6} {healthy:7} {false:5}")
+    lines.append(f"{'overall':32} {report.failures:8} {report.caught:6} "
+                 f"{report.recall:6.3f} {report.healthy:7} {report.false_alarms:5}")
+    classes = sum(1 for n, *_ in report.per_class().values() if n)
+    lines.append(f"corpus: {len(report.outcomes)} excerpts ({report.failures} failures in "
+                 f"{classes} classes, {report.healthy} healthy); lowest class recall "
+                 f"{report.min_class_recall():.2f}")
+    if misses:
+        for o in report.outcomes:
+            if o.ok:
+                continue
+            what = "FALSE ALARM" if o.excerpt.expect == "quiet" else "MISSED"
+            got = ", ".join(f"{d.signature}({d.severity.label})" for d in o.detections)
+            lines.append(f"{what} {o.excerpt.name} [{o.excerpt.cls}]: {got or 'nothing'}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--misses", action="store_true",
+                        help="List every missed excerpt and every false alarm.")
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    args = parser.parse_args(argv)
+    report = evaluate(build_engine(), load_corpus(args.corpus))
+    print(render(report, misses=args.misses))
+    floor = load_expected()
+    failed = []
+    if report.recall < floor["recall"]:
+        failed.append(f"recall {report.recall:.3f} < {floor['recall']} (EXPECTED.toml)")
+    if report.min_class_recall() < floor["class_recall"]:
+        failed.append(f"a class is below {floor['class_recall']} recall")
+    if report.false_alarms:
+        failed.append(f"{report.false_alarms} false alarm(s) on healthy excerpts")
+    for problem in failed:
+        print(f"recall: FAIL: {problem}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,289 @@
+"""Progress lines of common trainers: step, step time, throughput, loss, grad norm, loss scale.
+
+Built-in extractors (one regex each, named groups) cover Megatron-LM iteration lines, Hugging
+Face Trainer loss dicts and its tqdm bars (``it/s`` and ``s/it``), Lightning progress bars (tqdm
+and "step N" styles), DeepSpeed (``step=N``, throughput timer, loss-scale overflow lines), nanoGPT
+(``iter N: loss X, time Yms``), Keras (``9ms/step``) and plain ``step N ... time`` prints. Users
+add their own: a regex with named groups ``step``, ``time`` (seconds) or ``time_ms``, ``loss``,
+``grad_norm``, ``loss_scale``, ``throughput``.
+
+``ProgressParser.parse`` returns one ``Progress`` per progress line (or None). Loss, grad norm and
+loss scale are also found by a generic field scan in every known spelling (``'loss': x``,
+``loss: x``, ``loss x``, ``loss=x``), so NaN/Inf is seen whatever the trainer. ``interest`` is one
+bytes regex selecting candidate lines so that nothing runs in Python for other lines.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = [
+    "BUILTIN_EXTRACTORS",
+    "Extractor",
+    "Progress",
+    "ProgressParser",
+    "literal_interest",
+    "parse_number",
+]
+
+_NUM = r"[-+]?(?:nan|NaN|NAN|inf(?:inity)?|Inf(?:inity)?|INF|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)"
+
+
+def parse_number(text: str) -> float:
+    """A float from a log figure (``nan``, ``Inf``, ``1,234.5``, ``1.6E-05``)."""
+    return float(text.replace(",", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What one progress line says. ``step_time`` is seconds per optimiser step."""
+
+    kind: str  # which extractor recognised the line (the series name)
+    step: int | None = None
+    step_time: float | None = None
+    throughput: float | None = None  # samples, tokens or images per second (higher is faster)
+    loss: float | None = None
+    grad_norm: float | None = None
+    loss_scale: float | None = None
+    eval: bool = False  # an evaluation / validation bar: activity, not a training step
+    overflow: bool = False  # an fp16 overflow line: the step was skipped, scale lowered
+
+    @property
+    def cost(self) -> float | None:
+        """Seconds per step, or the inverse of throughput: the figure a slowdown raises."""
+        if self.step_time is not None and self.step_time > 0:
+            return self.step_time
+        if self.throughput is not None and self.throughput > 0:
+            return 1.0 / self.throughput
+        return None
+
+    @property
+    def nonfinite(self) -> tuple[str, ...]:
+        """Names of the figures that are NaN or infinite."""
+        out = []
+        for name in ("loss", "grad_norm"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                out.append(name)
+        return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Extractor:
+    """One progress-line shape: a name, a ``str`` regex with named groups, an optional literal.
+
+    Groups understood: ``step``, ``time`` (s), ``time_ms``, ``s_per_it``, ``it_per_s``,
+    ``throughput``, ``loss``, ``grad_norm``, ``loss_scale``, ``desc`` (a tqdm description, used
+    to tell training bars from evaluation ones).
+    """
+
+    name: str
+    pattern: re.Pattern[str]
+    interest: bytes  # a bytes regex fragment that every matching line contains
+    needle: str = ""  # a literal every matching line holds: a cheap test before the regex
+
+    @classmethod
+    def user(cls, name: str, regex: str) -> Extractor:
+        """A user-defined extractor from config: any regex with the named groups above."""
+        pattern = re.compile(regex)
+        known = {"step", "time", "time_ms", "s_per_it", "it_per_s", "throughput", "loss",
+                 "grad_norm", "loss_scale", "desc"}
+        unknown = set(pattern.groupindex) - known
+        if unknown:
+            raise ValueError(f"extractor {name}: unknown group(s) {sorted(unknown)}")
+        if not set(pattern.groupindex) & (known - {"desc"}):
+            raise ValueError(f"extractor {name}: needs at least one named group")
+        # the interest path must see every line the regex can match: use the regex itself
+        return cls(name, pattern, regex.encode())
+
+
+_TQDM_RATE = (r"(?:(?P<it_per_s>\d+(?:\.\d+)?)\s?it/s|(?P<s_per_it>\d+(?:\.\d+)?)\s?s/it)")
+
+BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
+    Extractor("megatron", re.compile(
+        r"iteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*"
+        r"(?P<time_ms>[\d.]+)"), rb"elapsed time per iteration"),
+    Extractor("nanogpt", re.compile(
+        r"\biter (?P<step>\d+): loss (?P<loss>" + _NUM + r"), time (?P<time_ms>[\d.]+)ms"),
+        rb"iter [0-9]+: loss"),
+    Extractor("deepspeed_throughput", re.compile(
+        r"global_step=(?P<step>\d+),.*?CurrSamplesPerSec=(?P<throughput>[\d.]+)"),
+        rb"SamplesPerSec="),
+    Extractor("deepspeed_step", re.compile(
+        r"\[Rank \d+\] step=(?P<step>\d+), skipped=\d+"), rb"\] step=[0-9]"),
+    Extractor("deepspeed_overflow", re.compile(
+        r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: (?P<attempted>[\d.]+)"
+        r"(?:, reducing to (?P<loss_scale>[\d.]+))?"), rb"OVERFLOW! Rank"),
+    Extractor("keras", re.compile(
+        r"^\s*(?P<step>\d+)/\d+ - \d+s - (?P<time_ms>[\d.]+)ms/step"), rb"ms/step"),
+    # tqdm (HF Trainer, Lightning's default bar, plain tqdm loops): "desc: 12%|...| 70/1000
+    # [00:12<02:51,  5.43it/s, loss=0.69]"
+    Extractor("tqdm", re.compile(
+        r"(?:^|\s)(?:(?P<desc>[^|\r\n]*?):\s*)?\d{1,3}%\|[^|]*\|\s*(?P<step>\d+)/(?:\d+|\?)\s*"
+        r"\[[^\],]*,\s*" + _TQDM_RATE + r"[,\]]"), rb"it/s|s/it"),
+    # Lightning rich bar: "Epoch 0/9 ━━━━ 371/3000 0:01:23 • 0:09:52 4.44it/s v_num: 0 ..."
+    Extractor("lightning_rich", re.compile(
+        r"(?P<desc>Epoch \d+/\d+)\s+[━╸╺─ ]+\s+(?P<step>\d+)/\d+\s+\S+\s+•\s+\S+\s+"
+        + _TQDM_RATE), rb"\xe2\x80\xa2"),
+    # plain prints: "step 100 | loss 2.3 | time 0.81s", "Epoch 0: step 250 loss=0.13
+    # samples/s=405", "[epoch 1/5] batch 100/800 loss=0.61 15.1 it/s", "iter 200/5004 loss 6.8
+    # step_time 704.7 ms"
+    Extractor("plain", re.compile(
+        r"(?i)(?<![\w/])(?:global[_ ])?(?:step|iter(?:ation)?|batch)\s*[:=]?\s*(?P<step>\d+)"
+        r"(?:\s*/\s*\d+)?(?![\w/.])"), rb"(?i:step|iter|batch)"),
+    Extractor("hf_dict", re.compile(r"^\s*\{'(?:loss|train_loss|grad_norm)': "), rb"\{'"),
+)
+
+_NEEDLES = {"megatron": "elapsed time per iteration", "nanogpt": "iter ",
+            "deepspeed_throughput": "SamplesPerSec=", "deepspeed_step": "] step=",
+            "deepspeed_overflow": "OVERFLOW!", "keras": "ms/step", "tqdm": "%|",
+            "hf_dict": "{'", "lightning_rich": "\u2022"}
+BUILTIN_EXTRACTORS = tuple(replace(e, needle=_NEEDLES.get(e.name, ""))
+                           for e in BUILTIN_EXTRACTORS)
+_BUILTIN_NAMES = frozenset(e.name for e in BUILTIN_EXTRACTORS)
+
+
+def literal_interest(keys: Iterable[bytes]) -> bytes:
+    """A case-insensitive alternation of literals, every branch led by a literal byte."""
+    root: dict[bytes, Any] = {}
+    for key in keys:
+        variants = {key[0] | 0x20, key[0] & 0xDF} if chr(key[0]).isalpha() else {key[0]}
+        for first in sorted(variants):
+            node = root.setdefault(re.escape(bytes([first])), {})
+            for b in key[1:]:
+                tok = (b"[" + bytes([b | 0x20, b & 0xDF]) + b"]" if chr(b).isalpha()
+                       else re.escape(bytes([b])))
+                node = node.setdefault(tok, {})
+            node[b""] = {}
+
+    def emit(node: dict[bytes, Any]) -> bytes:
+        if b"" in node:
+            return b""
+        alts = [tok + emit(child) for tok, child in sorted(node.items())]
+        return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+
+    return b"|".join(tok + emit(child) for tok, child in sorted(root.items()))
+
+
+# Every line a built-in extractor or the field scan can read holds one of these.
+_BUILTIN_INTEREST = literal_interest([
+    b"step", b"iter", b"batch", b"loss", b"grad norm", b"grad_norm", b"gradient norm", b"it/s",
+    b"s/it", b"samplespersec"]) + rb"|\xe2\x80\xa2"
+
+# Loss / grad norm / loss scale in every spelling: dict ('loss': x), key: value, key value,
+# key=value. Not preceded by a word character or '/', so "val_loss" and "eval/loss" are not
+# training figures.
+_FIELD_RE = re.compile(
+    r"(?<![\w/.])['\"]?(?P<key>(?:lm |train(?:ing)?[ _])?loss(?:[ _]scale)?|grad(?:ient)?[ _]?norm)"
+    r"['\"]?\s*[:=]?\s*['\"]?(?P<val>" + _NUM + r")(?![\w.])", re.IGNORECASE)
+# what follows the step number on a plain line: a time, a rate or a throughput
+_PLAIN_TIME_RE = re.compile(
+    r"(?i)(?<![\w/])(?:step[_ ]?time|time|elapsed|dt)\s*[:=]?\s*(?P<time>\d+(?:\.\d+)?)\s*"
+    r"(?P<unit>ms|s|sec)\b"
+    r"|(?<![\w.+-])(?P<it_per_s>\d+(?:\.\d+)?)\s?it/s|(?<![\w.+-])(?P<s_per_it>\d+(?:\.\d+)?)\s?s/it"
+    r"|(?<![\w.+-])(?P<throughput>\d+(?:\.\d+)?)\s?(?:samples|tokens|tok|images|img|imgs|seqs)/s\b"
+    r"|(?<![\w/])(?:samples|tokens|images|img)(?:/s|_per_sec(?:ond)?)\s*[:=]?\s*"
+    r"(?P<throughput2>\d+(?:\.\d+)?)")
+_EVAL_DESC_RE = re.compile(r"(?i)valid|eval|test|sanity|predict|tokeni|map|download|load|infer")
+
+
+def _group(m: dict[str, str | None], name: str) -> str | None:
+    return m.get(name)
+
+
+class ProgressParser:
+    """All extractors, tried most specific first, plus the generic field scan."""
+
+    def __init__(self, extractors: Iterable[Extractor] = (), *, builtin: bool = True) -> None:
+        self.extractors: tuple[Extractor, ...] = (
+            (*tuple(extractors), *(BUILTIN_EXTRACTORS if builtin else ())))
+        # Built-ins: literals any of their lines holds, as a literal-led trie (fast in ``re``);
+        # user extractors add their own regex.
+        user = [e.interest for e in self.extractors if e.name not in _BUILTIN_NAMES]
+        self.interest: re.Pattern[bytes] = re.compile(b"|".join([*user, _BUILTIN_INTEREST]))
+
+    @property
+    def names(self) -> Sequence[str]:
+        return [e.name for e in self.extractors]
+
+    def parse(self, text: str) -> Progress | None:
+        """The progress a line reports, or None when it is not a progress line."""
+        for ex in self.extractors:
+            if ex.needle and ex.needle not in text:
+                continue
+            m = ex.pattern.search(text)
+            if m is None:
+                continue
+            progress = self._build(ex.name, m, text)
+            if progress is not None:
+                return progress
+        fields = _fields(text)
+        if fields and ("loss" in fields or "grad_norm" in fields):
+            return Progress("fields", loss=fields.get("loss"), grad_norm=fields.get("grad_norm"),
+                            loss_scale=fields.get("loss_scale"))
+        return None
+
+    @staticmethod
+    def _build(name: str, match: re.Match[str], text: str) -> Progress | None:
+        m = match.groupdict()
+        step_s = _group(m, "step")
+        step = int(step_s) if step_s else None
+        step_time, throughput = _timing(m)
+        if name == "plain":
+            for t in _PLAIN_TIME_RE.finditer(text, match.end()):
+                more_time, more_tp = _timing(t.groupdict())
+                step_time = step_time if step_time is not None else more_time
+                throughput = throughput if throughput is not None else more_tp
+        desc = _group(m, "desc")
+        is_eval = bool(desc and _EVAL_DESC_RE.search(desc))
+        fields = _fields(text)
+        loss = _group(m, "loss")
+        scale = _group(m, "loss_scale")
+        grad = _group(m, "grad_norm")
+        if name == "plain" and step_time is None and throughput is None and "loss" not in fields:
+            return None
+        return Progress(
+            kind=name, step=step, step_time=step_time, throughput=throughput,
+            loss=parse_number(loss) if loss else fields.get("loss"),
+            grad_norm=parse_number(grad) if grad else fields.get("grad_norm"),
+            loss_scale=parse_number(scale) if scale else fields.get("loss_scale"),
+            eval=is_eval, overflow=name == "deepspeed_overflow",
+        )
+
+
+def _timing(m: dict[str, str | None]) -> tuple[float | None, float | None]:
+    """(seconds per step, throughput) from whichever timing groups matched."""
+    step_time: float | None = None
+    if (v := _group(m, "time_ms")) is not None:
+        step_time = parse_number(v) / 1000.0
+    elif (v := _group(m, "time")) is not None:
+        step_time = parse_number(v) / (1000.0 if _group(m, "unit") == "ms" else 1.0)
+    elif (v := _group(m, "s_per_it")) is not None:
+        step_time = parse_number(v)
+    elif (v := _group(m, "it_per_s")) is not None:
+        rate = parse_number(v)
+        step_time = 1.0 / rate if rate > 0 else None
+    throughput_s = _group(m, "throughput") or _group(m, "throughput2")
+    return step_time, (parse_number(throughput_s) if throughput_s else None)
+
+
+def _fields(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for m in _FIELD_RE.finditer(text):
+        key = m.group("key").lower().replace("_", " ")
+        if "scale" in key:
+            name = "loss_scale"
+        elif "norm" in key:
+            name = "grad_norm"
+        else:
+            name = "loss"
+        if name not in out:
+            try:
+                out[name] = parse_number(m.group("val"))
+            except ValueError:
+                continue
+    return out

@@ -1,0 +1,182 @@
+"""Failures no specific signature names are still detected, and rank below a specific one.
+
+A traceback, a signal, a launcher's exit summary, a scheduler kill, a glog E/F line or a kernel
+``*ERROR*`` line each make a detection with a clear title; when a specific signature detected
+the same incident on the stream, it is named as their root cause and they are less severe.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from sigwatch.checks.selftest import detect_text
+from sigwatch.model import Severity
+from sigwatch.pipeline import Engine
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _generic_causes():  # noqa: ANN202 - a module loaded from bench/
+    spec = importlib.util.spec_from_file_location("sigwatch_bench_generic",
+                                                  REPO / "bench" / "generic_causes.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _only(found, sig_id):  # noqa: ANN001, ANN202
+    hits = [d for d in found if d.signature == sig_id]
+    assert hits, f"no {sig_id} in {[d.signature for d in found]}"
+    return hits[0]
+
+
+def test_every_generic_signature_names_every_specific_one_as_possible_root_cause() -> None:
+    """bench/generic_causes.py --write has been run after the library last changed."""
+    assert {} == _generic_causes().stale()
+
+
+class TestUncaughtException:
+    def test_traceback_ending_in_any_exception_is_an_error_naming_it(self, library) -> None:
+        """The exception line completes the detection and its class is captured."""
+        text = ("Traceback (most recent call last):\n"
+                '  File "train.py", line 12, in <module>\n'
+                "    main()\n"
+                "ZeroDivisionError: division by zero\n")
+
+        d = _only(detect_text(Engine(library), text), "python_uncaught_exception")
+
+        assert d.severity == Severity.ERROR
+        assert ("exception", "ZeroDivisionError") in d.captures
+        assert d.root_cause is None
+
+    def test_specific_exception_becomes_root_cause_of_the_traceback(self, library) -> None:
+        """A CUDA OOM ending the traceback is the root cause; the generic one is a warning."""
+        text = ("Traceback (most recent call last):\n"
+                '  File "train.py", line 40, in <module>\n'
+                "    loss.backward()\n"
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+                "has a total capacity of 79.15 GiB of which 1.12 GiB is free.\n")
+
+        found = detect_text(Engine(library), text)
+        generic = _only(found, "python_uncaught_exception")
+
+        assert generic.root_cause is not None
+        assert generic.root_cause.signature == "cuda_out_of_memory"
+        assert generic.severity == Severity.WARNING
+
+    def test_root_cause_is_named_whatever_the_signature_ids_sort_order(self, library) -> None:
+        """The specific detection on the exception line is emitted first, so it is named."""
+        text = ("Traceback (most recent call last):\n"
+                '  File "run.py", line 3, in <module>\n'
+                "    step(state, batch)\n"
+                "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while "
+                "trying to allocate 4770354232 bytes.\n")
+
+        generic = _only(detect_text(Engine(library), text), "python_uncaught_exception")
+
+        assert generic.root_cause is not None
+        assert generic.root_cause.signature == "xla_runtime_error_resource_exhausted"
+
+    def test_keyboard_interrupt_is_not_reported_as_a_failure(self, library) -> None:
+        """Ctrl-C ends a traceback too, but nothing failed."""
+        text = ("Traceback (most recent call last):\n"
+                '  File "train.py", line 12, in <module>\n'
+                "    time.sleep(10)\n"
+                "KeyboardInterrupt\n")
+
+        found = detect_text(Engine(library), text)
+
+        assert "python_uncaught_exception" not in {d.signature for d in found}
+
+
+class TestLaunchersAndSchedulers:
+    def test_torchrun_summary_names_first_failing_rank_and_exit_code(self, library) -> None:
+        """The Root Cause block's rank and exit code are captured."""
+        text = ("Root Cause (first observed failure):\n"
+                "[0]:\n"
+                "  time      : 2025-05-21_15:43:03\n"
+                "  host      : worker-7\n"
+                "  rank      : 12 (local_rank: 4)\n"
+                "  exitcode  : -9 (pid: 14750)\n"
+                "  error_file: <N/A>\n")
+
+        d = _only(detect_text(Engine(library), text), "torchelastic_root_cause_summary")
+
+        assert ("rank", "12") in d.captures
+        assert ("exitcode", "-9") in d.captures
+
+    def test_shell_killed_after_the_oom_killer_names_it_as_root_cause(self, library) -> None:
+        """'Killed' from the shell is fallout of the kernel's OOM kill on the same stream."""
+        text = ("[ 4018.450000] Out of memory: Killed process 935 (python) total-vm:113656kB, "
+                "anon-rss:102104kB, file-rss:0kB, shmem-rss:0kB\n"
+                "Killed\n")
+
+        found = detect_text(Engine(library), text)
+        killed = _only(found, "process_killed_by_signal")
+
+        assert killed.root_cause is not None
+        assert killed.root_cause.signature == "host_oom_killer"
+        assert killed.severity < _only(found, "host_oom_killer").severity
+
+    def test_slurm_time_limit_supersedes_the_generic_cancel_banner(self, library) -> None:
+        """One incident, one detection: the time limit, with its fix."""
+        text = ("slurmstepd: error: *** JOB 3884617 ON node023 CANCELLED AT "
+                "2018-08-19T16:30:21 DUE TO TIME LIMIT ***\n")
+
+        ids = {d.signature for d in detect_text(Engine(library), text)}
+
+        assert ids == {"slurm_job_cancelled_time_limit"}
+
+    def test_mpirun_signal_report_captures_the_rank(self, library) -> None:
+        """mpirun's 'exited on signal' line names the rank that died."""
+        text = ("mpirun noticed that process rank 5 with PID 2233 on node gpu-3 exited on "
+                "signal 9 (Killed).\n")
+
+        d = _only(detect_text(Engine(library), text), "mpi_process_exited_on_signal")
+
+        assert ("rank", "5") in d.captures
+        assert ("signal", "9") in d.captures
+
+
+class TestNativeAndKernelErrorLines:
+    def test_glog_fatal_check_is_an_error(self, library) -> None:
+        """An absl/glog F line aborts the process."""
+        text = ("2018-05-28 23:08:09.915981: F tensorflow/core/kernels/conv_ops.cc:667] Check "
+                "failed: stream->parent()->GetConvolveAlgorithms(&algorithms)\n")
+
+        d = _only(detect_text(Engine(library), text), "glog_fatal_line")
+
+        assert d.severity == Severity.ERROR
+
+    def test_tensorflow_duplicate_factory_registration_is_quiet(self, library) -> None:
+        """The well-known benign E lines of TensorFlow start-up are not errors."""
+        text = ("2024-03-30 14:29:58.691384: E external/local_xla/xla/stream_executor/cuda/"
+                "cuda_dnn.cc:9261] Unable to register cuDNN factory: Attempting to register "
+                "factory for plugin cuDNN when one has already been registered\n")
+
+        found = detect_text(Engine(library), text)
+
+        assert [] == [d.signature for d in found if d.severity >= Severity.WARNING]
+
+    def test_display_fifo_underrun_is_quiet(self, library) -> None:
+        """i915's *ERROR* FIFO underrun is display noise, not a GPU compute failure."""
+        text = "i915 0000:00:02.0: [drm] *ERROR* CPU pipe A FIFO underrun\n"
+
+        assert [] == detect_text(Engine(library), text)
+
+    def test_amdgpu_error_line_after_ring_timeout_names_it(self, library) -> None:
+        """A driver *ERROR* after a ring timeout is fallout of the hang."""
+        text = ("[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx_0.0.0 timeout, signaled "
+                "seq=228661, emitted seq=228662\n"
+                "[drm:gfx_v10_0_hw_fini [amdgpu]] *ERROR* KGQ disable failed\n")
+
+        found = detect_text(Engine(library), text)
+        later = [d for d in found if d.signature == "kernel_gpu_driver_error_line"
+                 and "KGQ" in d.text]
+
+        assert later and later[0].root_cause is not None
+        assert later[0].root_cause.signature == "rocm_amdgpu_ring_timeout"

@@ -1,0 +1,111 @@
+"""The real corpus: verbatim public excerpts the library must catch, and healthy ones it must not.
+
+The same evaluation as ``./dev.sh recall`` (bench/recall.py), built once per session.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tomllib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_recall() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sigwatch_bench_recall", REPO / "bench" / "recall.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+recall = _load_recall()
+EXCERPTS = recall.load_corpus()
+QUIET = [e for e in EXCERPTS if e.expect == "quiet"]
+EXPECTED = tomllib.loads(recall.EXPECTED.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(name="report", scope="module")
+def _report(library):  # noqa: ANN001, ANN202 - fixture types come from conftest
+    return recall.evaluate(recall.build_engine(library), EXCERPTS)
+
+
+class TestCorpusShape:
+    def test_corpus_is_as_large_and_wide_as_the_issue_asks(self) -> None:
+        """At least 150 excerpts: 100 failures over 25 classes and 40 healthy logs."""
+        failures = [e for e in EXCERPTS if e.expect == "alarm"]
+        classes = {e.cls for e in failures}
+
+        assert len(EXCERPTS) >= 150
+        assert len(failures) >= 100
+        assert len(classes) >= 25
+        assert len(QUIET) >= 40
+
+    def test_recorded_corpus_size_is_current(self) -> None:
+        """EXPECTED.toml (which the README cites) records the corpus as it is."""
+        assert (EXPECTED["excerpts"], EXPECTED["failures"], EXPECTED["healthy"]) == (
+            len(EXCERPTS), len(EXCERPTS) - len(QUIET), len(QUIET))
+
+    def test_readme_records_the_corpus_size_and_floor(self) -> None:
+        """The README states the size and the recall floor that the test command enforces."""
+        readme = (REPO / "README.md").read_text(encoding="utf-8")
+
+        assert f"{EXPECTED['excerpts']} excerpts" in readme
+        assert "tests/corpus/real/EXPECTED.toml" in readme
+
+    def test_every_excerpt_names_a_public_source(self) -> None:
+        """Verbatim excerpts only: each file carries the page it was copied from."""
+        assert all(e.url.startswith("https://") for e in EXCERPTS)
+
+    def test_malformed_excerpt_file_is_rejected(self, tmp_path: Path) -> None:
+        """A file without an expected outcome cannot silently count as a pass."""
+        bad = tmp_path / "cuda" / "x.toml"
+        bad.parent.mkdir()
+        bad.write_text("url = 'https://example.org/1'\nkind = 'issue'\nclass = 'c'\n"
+                       "text = '''boom'''\n", encoding="utf-8")
+
+        with pytest.raises(ValueError, match="expect"):
+            recall.load_corpus(tmp_path)
+
+
+class TestRecall:
+    def test_overall_recall_meets_the_recorded_floor(self, report) -> None:  # noqa: ANN001
+        """Caught failures / failure excerpts is at least EXPECTED.toml's figure."""
+        missed = [o.excerpt.name for o in report.outcomes
+                  if o.excerpt.expect == "alarm" and not o.ok]
+
+        assert report.recall >= EXPECTED["recall"], missed
+
+    def test_every_class_meets_the_recorded_floor(self, report) -> None:  # noqa: ANN001
+        """No failure class is left behind by a good overall figure."""
+        low = {cls: (caught, n) for cls, (n, caught, _h, _f) in report.per_class().items()
+               if n and caught / n < EXPECTED["class_recall"]}
+
+        assert {} == low
+
+
+@pytest.mark.parametrize("excerpt", QUIET, ids=lambda e: e.name)
+def test_healthy_excerpt_raises_no_alarm(library, excerpt) -> None:  # noqa: ANN001
+    """Benign and benign-but-scary logs make no detection at warning or above."""
+    engine = _shared_engine(library)
+
+    found = recall.detect(engine, excerpt.text, excerpt.name)
+
+    assert [] == [f"{d.signature}: {d.text[:100]}" for d in found
+                  if d.severity >= recall.ALARM_FLOOR]
+
+
+_ENGINES: dict[int, object] = {}
+
+
+def _shared_engine(library):  # noqa: ANN001, ANN202
+    key = id(library)
+    if key not in _ENGINES:
+        _ENGINES[key] = recall.build_engine(library)
+    return _ENGINES[key]
