@@ -148,6 +148,45 @@ class SelfMetrics:
         self.progress_lines = Counter(
             "sigwatch_training_progress_lines", "Training progress lines recognised.",
             ["source", "kind"], registry=r)
+        # Direct paging (sinks/alertmanager.py; the deploy/prometheus rules use them). An alert is
+        # one incident (signature, node, source) posted to every Alertmanager replica; every
+        # series below exists at zero from start-up so the shipped rules see the first change.
+        self.alerts_raised = Counter(
+            "sigwatch_alerts_raised",
+            "Incidents opened as alerts (repeats of an open incident are not counted).",
+            ["severity"], registry=r)
+        self.alerts_delivered = Counter(
+            "sigwatch_alerts_delivered",
+            "Alerts whose firing state reached at least one Alertmanager replica (once each).",
+            ["severity"], registry=r)
+        self.alerts_dropped = Counter(
+            "sigwatch_alerts_dropped",
+            "Alerts given up before they were resolved (queue_full: over the bounded queue).",
+            ["reason"], registry=r)
+        self.alert_posts = Counter(
+            "sigwatch_alertmanager_posts",
+            "POSTs of the alert set to an Alertmanager replica (attempts).", registry=r)
+        self.alert_post_failures = Counter(
+            "sigwatch_alertmanager_post_failures",
+            "POSTs to an Alertmanager replica that failed, by reason (retried with backoff).",
+            ["reason"], registry=r)
+        self.alerts_firing = Gauge(
+            "sigwatch_alerts_firing", "Incidents firing now (sent to Alertmanager).",
+            registry=r)
+        self.alerts_undelivered = Gauge(
+            "sigwatch_alerts_undelivered",
+            "Firing alerts no Alertmanager replica has accepted yet (kept on disk).",
+            registry=r)
+        self.alertmanager_last_success = Gauge(
+            "sigwatch_alertmanager_last_success_timestamp_seconds",
+            "Unix time of the last POST an Alertmanager replica accepted (0 = never).",
+            registry=r)
+        for sev in ("info", "warning", "error", "critical"):
+            self.alerts_raised.labels(sev)
+            self.alerts_delivered.labels(sev)
+        self.alerts_dropped.labels("queue_full")
+        for reason in ("connect", "timeout", "rejected", "server_error"):
+            self.alert_post_failures.labels(reason)
 
     def declare_signatures(
         self, signatures: Iterable[tuple[str, str]], sources: Iterable[str],
