@@ -37,11 +37,13 @@ from sigwatch.detectors.training import (
     StepTimeDetector,
 )
 from sigwatch.errors import PatternError, SigwatchError
+from sigwatch.model import Severity
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 from sigwatch.pipeline import Engine, Pipeline
 from sigwatch.runtime.checkpoint import CheckpointStore
 from sigwatch.runtime.pump import Runtime
+from sigwatch.sinks.alertmanager import AlertmanagerSink
 from sigwatch.sinks.base import Sink
 from sigwatch.sinks.console import ConsoleSink
 from sigwatch.sinks.eventlog import EventLogSink
@@ -93,8 +95,10 @@ def _engine_loader(dirs: list[Path], timeout: float, metrics: SelfMetrics,
         patterns, errors = load_patterns(dirs)
         if errors:
             raise _PatternLoadError(errors)
-        metrics.declare_signatures(((s.id, s.severity.label) for s in patterns.signatures),
-                                   sources)
+        metrics.declare_signatures(
+            ((s.id, s.severity.label,
+              *((s.collateral_severity.label,) if s.collateral_severity else ()))
+             for s in patterns.signatures), sources)
         return Engine(patterns, regex_timeout=timeout,
                       on_timeout=lambda sig: metrics.regex_timeouts.labels(sig).inc())
     return load
@@ -269,12 +273,14 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     clock = clock or SystemClock()
     registry = registry or CollectorRegistry(auto_describe=True)
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
-    metrics = SelfMetrics(registry, __version__)
+    metrics = SelfMetrics(registry, __version__, revision=_revision())
     source_names = [s.name for s in config.sources]
     metrics.declare_sources(source_names)
     dirs = (list(config.patterns) or [builtin_pattern_dir()]) + list(config.add_patterns)
     loader = _engine_loader(dirs, config.regex_timeout, metrics, source_names)
     engine = loader()
+    metrics.build_info.info({"version": __version__, "revision": _revision(),
+                             "prefilter": engine.prefilter.backend})
     metrics.patterns_loaded.set(len(engine.patterns))
     metrics.reload_success.set(1)
     metrics.reload_timestamp.set(clock.time())
@@ -293,6 +299,16 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     outputs: list[Sink] = [ConsoleSink(sys.stdout)] if config.console else []
     for output in [*outputs, *extra_sinks]:
         queued.append(QueuedSink(output, clock=clock, on_error=failed, on_drop=dropped))
+    host = config.node or socket.gethostname()
+    if config.alerting.alertmanagers:
+        link_base = config.web.external_url or _default_link_base(host, config.listen)
+        pager = AlertmanagerSink(
+            config.alerting.alertmanagers, node=host, clock=clock,
+            page_severities=[Severity.parse(s) for s in config.alerting.page_severities],
+            resend_interval=config.alerting.resend_interval,
+            resolve_after=config.alerting.resolve_after,
+            state_path=config.state_dir / "alerts.json", link_base=link_base, metrics=metrics)
+        queued.append(QueuedSink(pager, clock=clock, on_error=failed, on_drop=dropped))
     store: DetectionStore | None = None
     if config.web.status_page:
         store = DetectionStore(config.state_dir / "status.jsonl", capacity=config.web.history)
@@ -300,7 +316,6 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
                                  on_drop=dropped))
     sinks.extend(queued)
     metrics.declare_sinks(s.name for s in sinks)
-    host = socket.gethostname()
     detectors = build_detectors(config.detectors, clock=clock, host=host, metrics=metrics)
     pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
                               detectors=detectors)
@@ -324,6 +339,26 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     liveness = Liveness(clock, max_silence=30.0)
     server = _build_web(config, registry, metrics, liveness, runtime, store, clock)
     return Daemon(runtime, hints, roots, registry, server, metrics, wake, queued, liveness)
+
+
+def _revision() -> str:
+    """The git commit of a source checkout, else ``SIGWATCH_REVISION``, else "unknown"."""
+    if os.environ.get("SIGWATCH_REVISION"):
+        return os.environ["SIGWATCH_REVISION"]
+    head = Path(__file__).resolve().parents[2] / ".git" / "HEAD"
+    try:
+        ref = head.read_text().strip()
+        if ref.startswith("ref: "):
+            return (head.parent / ref[5:]).read_text().strip()[:12]
+        return ref[:12]
+    except OSError:
+        return "unknown"
+
+
+def _default_link_base(host: str, listen: str) -> str:
+    """Where alert links point when ``[web] external_url`` is not set: this node's listener."""
+    port = parse_listen(listen).port
+    return f"http://{host}:{port}"
 
 
 def _build_web(config: Config, registry: CollectorRegistry, metrics: SelfMetrics,

@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="Append one JSON object per detection to FILE.")
     run.add_argument("--start-at", choices=["end", "beginning"],
                      help="Where to start in files present at the very first start.")
+    run.add_argument("--alertmanager", action="append", metavar="URL",
+                     help="Page through this Alertmanager (repeatable: every replica).")
+    run.add_argument("--alert-resolve-after", type=float, metavar="SECONDS",
+                     help="Resolve a page after this long without a repeat.")
+    run.add_argument("--node", metavar="NAME",
+                     help="The node label of pages and detections (default: the host name).")
     run.add_argument("--no-console", action="store_true",
                      help="Do not print detections on stdout.")
 
@@ -295,15 +301,27 @@ def _usable_folder(folder: Path) -> bool:
 
 def _run(args: argparse.Namespace) -> int:
     from sigwatch.app import run_daemon
-    from sigwatch.config import SourceConfig, load_config
+    from sigwatch.config import AlertingSettings, SourceConfig, load_config
 
     overrides: dict[str, object] = {
         "listen": args.listen, "state_dir": args.state_dir, "events": args.events,
-        "patterns": args.patterns, "add_patterns": args.add_patterns,
+        "patterns": args.patterns, "add_patterns": args.add_patterns, "node": args.node,
     }
     if args.no_console:
         overrides["console"] = False
     config = load_config(args.config, **overrides)
+    paging: dict[str, object] = {}
+    if args.alertmanager:
+        paging["alertmanagers"] = list(args.alertmanager)
+    if args.alert_resolve_after is not None:
+        paging["resolve_after"] = args.alert_resolve_after
+    if paging:
+        try:
+            alerting = AlertingSettings.model_validate({**config.alerting.model_dump(),
+                                                        **paging})
+        except ValueError as exc:
+            raise SigwatchError(f"--alertmanager/--alert-resolve-after: {exc}") from None
+        config = config.model_copy(update={"alerting": alerting})
     if args.watch:
         start_at: Literal["end", "beginning"] = args.start_at or "end"
         config = config.model_copy(update={"sources": [

@@ -115,6 +115,30 @@ class DetectorSettings(_Strict):
     extractors: list[ExtractorConfig] = Field(default_factory=list)
 
 
+SeverityName = Literal["info", "warning", "error", "critical"]
+
+
+def _paging_default() -> list[SeverityName]:
+    return ["error", "critical"]
+
+
+class AlertingSettings(_Strict):
+    """Direct paging through Alertmanager (API v2); empty ``alertmanagers``: no paging."""
+
+    alertmanagers: list[str] = Field(default_factory=list)
+    page_severities: list[SeverityName] = Field(default_factory=_paging_default, min_length=1)
+    resend_interval: float = Field(default=60.0, gt=0, le=3600)
+    resolve_after: float = Field(default=300.0, gt=0, le=86_400)
+
+    @field_validator("alertmanagers")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        bad = [u for u in value if not re.match(r"^https?://[^\s/]+(/\S*)?$", u)]
+        if bad:
+            raise ValueError(f"not an http(s) URL: {', '.join(bad)}")
+        return value
+
+
 def _default_sources() -> list[SourceConfig]:
     return [SourceConfig(name="training", paths=[DEFAULT_WATCH])]
 
@@ -141,6 +165,8 @@ class Config(_Strict):
     log_format: Literal["auto", "json", "console"] = "auto"
     web: WebSettings = Field(default_factory=WebSettings)
     detectors: DetectorSettings = Field(default_factory=DetectorSettings)
+    alerting: AlertingSettings = Field(default_factory=AlertingSettings)
+    node: str = Field(default="", pattern=r"^[A-Za-z0-9_.:-]{0,253}$")  # "": the host name
 
     @field_validator("listen")
     @classmethod

@@ -31,8 +31,6 @@ INCIDENT_LINE = ("[rank0]: 0: :0:rocdevice.cpp            :2982: 4097143577 us: 
                  "tid:0x7f2b1e5fe700] Callback: Queue 0x7f2a0a600000 aborting with error : "
                  "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access "
                  "memory beyond the largest legal address. code: 0x29\n")
-NEEDS_WIRING = pytest.mark.skip(
-    reason="needs runtime wiring: sigwatch run --alertmanager/--alert-resolve-after/--node")
 
 
 @dataclass
@@ -170,7 +168,6 @@ def _paging_nodes(fleet: Fleet, *names: str, resolve_after: int = 3) -> list[Nod
     return nodes
 
 
-@NEEDS_WIRING
 def test_an_incident_reaches_the_pager_once_with_the_fix_and_resolves_after_the_quiet_period(
         fleet: Fleet) -> None:
     [a] = _paging_nodes(fleet, "node-a")
@@ -190,7 +187,6 @@ def test_an_incident_reaches_the_pager_once_with_the_fix_and_resolves_after_the_
     assert 1 == len(firing)  # two replicas, eight lines: paged once
 
 
-@NEEDS_WIRING
 def test_the_same_incident_on_two_nodes_is_one_grouped_notification(fleet: Fleet) -> None:
     a, b = _paging_nodes(fleet, "node-a", "node-b", resolve_after=60)
 
@@ -207,7 +203,6 @@ def test_the_same_incident_on_two_nodes_is_one_grouped_notification(fleet: Fleet
     assert grouped, fleet.pager.notifications()
 
 
-@NEEDS_WIRING
 def test_alertmanagers_stopped_during_an_incident_lose_no_page(fleet: Fleet) -> None:
     [a] = _paging_nodes(fleet, "node-a", resolve_after=60)
     for replica in fleet.alertmanagers.replicas:

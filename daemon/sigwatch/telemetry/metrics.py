@@ -11,13 +11,18 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 
-__all__ = ["SelfMetrics"]
+__all__ = ["DATA_LOSS_REASONS", "FILE_ERROR_REASONS", "SelfMetrics"]
+
+DATA_LOSS_REASONS = ("truncated", "rotated_away", "changed_while_down", "kmsg_overrun")
+"""Every ``reason`` of ``sigwatch_data_loss_events_total``: all exist at zero from start-up."""
+FILE_ERROR_REASONS = ("permission", "fd_limit", "not_regular", "io")
 
 
 class SelfMetrics:
     """All of sigwatch's metrics, registered on an injected registry."""
 
-    def __init__(self, registry: CollectorRegistry, version: str) -> None:
+    def __init__(self, registry: CollectorRegistry, version: str, *,
+                 revision: str = "unknown", prefilter: str = "unknown") -> None:
         r = registry
         # Output.
         self.detections = Counter(
@@ -118,7 +123,8 @@ class SelfMetrics:
             "Unix time a source last read anything (0 = never).", ["source"], registry=r)
         self.build_info = Info(
             "sigwatch_build", "sigwatch version.", registry=r)
-        self.build_info.info({"version": version})
+        self.build_info.info({"version": version, "revision": revision,
+                              "prefilter": prefilter})
         # HTTP listener (sigwatch.web): connections that ended badly, by a closed set of reasons
         # (busy = over the worker pool and queue, answered 503; timeout = a slow client cut off;
         # tls_error = failed handshake or clear text on the TLS port; disconnect = client left).
@@ -189,14 +195,15 @@ class SelfMetrics:
             self.alert_post_failures.labels(reason)
 
     def declare_signatures(
-        self, signatures: Iterable[tuple[str, str]], sources: Iterable[str],
+        self, signatures: Iterable[tuple[str, ...]], sources: Iterable[str],
     ) -> None:
         """Create every (signature, source) series at zero so ``increase()`` sees the first hit."""
         source_list = list(sources)
-        for sig, severity in signatures:
+        for sig, *severities in signatures:
             self.regex_timeouts.labels(sig)
             for source in source_list:
-                self.detections.labels(sig, severity, source)
+                for severity in severities:  # its own, and the one it takes as fallout
+                    self.detections.labels(sig, severity, source)
                 self.last_detection.labels(sig, source)
 
     def declare_sinks(self, sinks: Iterable[str]) -> None:
@@ -214,3 +221,7 @@ class SelfMetrics:
                 metric.labels(source)
             self.files_watched.labels(source)
             self.source_last_read.labels(source)
+            for reason in DATA_LOSS_REASONS:
+                self.data_loss.labels(source, reason)
+            for reason in FILE_ERROR_REASONS:
+                self.file_errors.labels(source, reason)
