@@ -64,6 +64,24 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-console", action="store_true",
                      help="Do not print detections on stdout.")
 
+    ex = sub.add_parser(
+        "exec", help="Run a command, pass its output through, match it live.",
+        description="Run COMMAND with its stdout and stderr passed through unchanged while "
+                    "both are matched; exits with COMMAND's status (128+N after signal N). "
+                    "Detections go to stderr, --events and --listen.")
+    ex.add_argument("--patterns", action="append", type=Path, metavar="DIR",
+                    help="Signature folders (repeatable); replace the built-in library.")
+    ex.add_argument("--events", type=Path, metavar="FILE",
+                    help="Append one JSON object per detection to FILE.")
+    ex.add_argument("--listen", metavar="HOST:PORT",
+                    help="Serve /metrics while the command runs (default: no listener).")
+    ex.add_argument("--no-console", action="store_true",
+                    help="Do not print detections on stderr.")
+    ex.add_argument("--source", default="exec", metavar="NAME",
+                    help="The source label of this command's output (default: exec).")
+    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...",
+                    help="The command and its arguments.")
+
     scan = sub.add_parser("scan", help="Read files once from the start and print detections.")
     scan.add_argument("--patterns", action="append", type=Path, metavar="DIR")
     scan.add_argument("--format", choices=["text", "json"], default="text")
@@ -102,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check_config(args.file, sys.stdout)
         if args.command == "run":
             return _run(args)
+        if args.command == "exec":
+            return _exec(args)
     except _LoadFailedError as exc:
         for err in exc.errors:
             print(f"sigwatch: {err}", file=sys.stderr)
@@ -192,6 +212,30 @@ def _check_config(path: Path, out: TextIO) -> int:
     patterns = _load_patterns(config.patterns or None)
     print(f"{path}: ok ({len(config.sources)} sources, {len(patterns)} signatures)", file=out)
     return EXIT_OK
+
+
+def _exec(args: argparse.Namespace) -> int:
+    from sigwatch.execute import ExecOptions, run_exec
+    from sigwatch.telemetry.logging import configure_logging
+
+    command = list(args.argv)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("sigwatch: exec: no command given (sigwatch exec [options] -- COMMAND...)",
+              file=sys.stderr)
+        return EXIT_ERROR
+    if args.listen:
+        from sigwatch.web.server import ListenAddressError, parse_listen
+
+        try:
+            parse_listen(args.listen)
+        except ListenAddressError as exc:
+            raise SigwatchError(str(exc)) from None
+    configure_logging(level="warning")
+    options = ExecOptions(patterns=tuple(args.patterns or ()), events=args.events,
+                          listen=args.listen, console=not args.no_console, source=args.source)
+    return run_exec(command, options)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ from sigwatch.sources.file import (
     FileRecord,
     FileStream,
     FileTailer,
+    MakeFramer,
     Resume,
     head_fingerprint,
     start_offset_at_end,
@@ -125,13 +126,17 @@ class FileSource:
         metrics: SelfMetrics | None = None,
         hints: ChangeHints | None = None,
         name: str = "files",
+        framers: dict[str, MakeFramer] | None = None,
     ) -> None:
+        """``framers``: configured source name -> framer factory for its files (container
+        log formats); others are split into lines as they are."""
         self.name = name
         self.sources = sources
         self.clock = clock
         self.options = options
         self.metrics = metrics
         self.hints = hints
+        self.framers = dict(framers or {})
         self.observer = _Observer(metrics)
         self.tailers: dict[str, FileTailer] = {}
         # id(stream) -> [handle, truncations, lines handed out]
@@ -304,7 +309,8 @@ class FileSource:
     def _follow_orphan(self, source: str, path: str) -> FileStream | None:
         tailer = FileTailer(source, path, observer=self.observer,
                             max_line_bytes=self.options.max_line_bytes,
-                            rotate_wait=0.0, adopt=lambda _t, _ident: False, orphan=True)
+                            rotate_wait=0.0, adopt=lambda _t, _ident: False, orphan=True,
+                            make_framer=self.framers.get(source))
         stream = tailer.open(self._resume_for(source, path))
         if stream is None:
             return None
@@ -350,7 +356,8 @@ class FileSource:
                 continue
             tailer = FileTailer(source, path, observer=self.observer,
                                 max_line_bytes=self.options.max_line_bytes,
-                                rotate_wait=self.options.rotate_wait, adopt=self._adopt)
+                                rotate_wait=self.options.rotate_wait, adopt=self._adopt,
+                                make_framer=self.framers.get(source))
             self.tailers[path] = tailer
             if tailer.open(self._resume_for(source, path)) is not None and since:
                 # New at this path since the last rescan: a file may have lived here and
