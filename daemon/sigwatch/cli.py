@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
 from sigwatch import __version__
-from sigwatch.errors import InputError, PatternError, SigwatchError
+from sigwatch.errors import PatternError, SigwatchError
 
 if TYPE_CHECKING:
     from sigwatch.patterns.compiled import PatternSet
@@ -87,7 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     scan.add_argument("--format", choices=["text", "json"], default="text")
     scan.add_argument("--min-severity", choices=["info", "warning", "error", "critical"],
                       default="info", help="Only report detections at or above this level.")
-    scan.add_argument("files", nargs="+", metavar="FILE", help="Files to read; - is stdin.")
+    scan.add_argument("files", nargs="+", metavar="FILE",
+                      help="Files to read (gzip, bzip2 and xz are decompressed), folders "
+                           "(read recursively); - is stdin.")
 
     pat = sub.add_parser("patterns", help="Inspect and check the signature library.")
     pat_sub = pat.add_subparsers(dest="patterns_command", required=True, metavar="ACTION")
@@ -136,6 +138,7 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
     from sigwatch.app import build_pipeline
     from sigwatch.clock import SystemClock
     from sigwatch.model import Severity, StreamInfo
+    from sigwatch.scaninputs import COMPRESSION_ERRORS, open_input, scan_inputs
     from sigwatch.scanning import scan_stream
     from sigwatch.sinks.base import CollectingSink
     from sigwatch.sinks.console import format_detection
@@ -145,16 +148,30 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
     pipeline = build_pipeline(patterns, [sink], clock=SystemClock())
     floor = Severity.parse(args.min_severity)
     found = 0
-    for name in args.files:
+    unreadable = 0
+    for item in scan_inputs(list(args.files)):
+        name = item.path
+        if item.note:
+            print(f"sigwatch: {name}: {item.note}", file=sys.stderr)
+            continue
         before = len(sink.detections)
         try:
-            if name == "-":
-                scan_stream(pipeline, StreamInfo("-", "-", "-"), sys.stdin.buffer)
-            else:
-                with open(name, "rb") as fh:
-                    scan_stream(pipeline, StreamInfo(name, name, name), fh)
-        except OSError as exc:
-            raise InputError(f"{name}: cannot read: {exc.strerror}") from None
+            if item.error:
+                raise OSError(item.error)
+            reader = open_input(name)
+            try:
+                scan_stream(pipeline, StreamInfo(name, name, name), reader, kind="scan")
+                damage = getattr(reader, "error", None)
+                if damage is not None:
+                    raise damage
+            finally:
+                if name != "-":
+                    reader.close()
+        except COMPRESSION_ERRORS as exc:
+            reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror
+                      else str(exc) or type(exc).__name__)
+            print(f"sigwatch: {name}: cannot read: {reason}", file=sys.stderr)
+            unreadable += 1
         for d in sink.detections[before:]:
             if d.severity < floor:
                 continue
@@ -163,6 +180,8 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
                 out.write(json.dumps(d.to_json(), ensure_ascii=False) + "\n")
             else:
                 out.write(format_detection(d) + "\n\n")
+    if unreadable:  # an incomplete scan is never "clean"
+        return EXIT_ERROR
     return EXIT_FOUND if found else EXIT_OK
 
 
