@@ -41,8 +41,8 @@ from sigwatch.sinks.eventlog import EventLogSink
 from sigwatch.sinks.metrics import MetricsSink
 from sigwatch.sinks.queued import QueuedSink
 from sigwatch.sources.base import Source
-from sigwatch.sources.discovery import ChangeHints, watch_roots
 from sigwatch.sources.files import FileSource, TailOptions
+from sigwatch.sources.watching import InotifyHints
 from sigwatch.telemetry.logging import configure_logging
 from sigwatch.telemetry.metrics import SelfMetrics
 from sigwatch.web.app import WebApp, register_process_collectors
@@ -124,8 +124,8 @@ def build_runtime(*, sources: Sequence[Source], pipeline: Pipeline, clock: Clock
 class Daemon:
     """A built daemon: the runtime plus HTTP, hints and the stop/wake events."""
 
-    def __init__(self, runtime: Runtime, hints: ChangeHints | None,
-                 roots: list[tuple[str, bool]], registry: CollectorRegistry,
+    def __init__(self, runtime: Runtime, hints: InotifyHints | None,
+                 roots: list[str], registry: CollectorRegistry,
                  server: WebServer | None, metrics: SelfMetrics, wake: threading.Event,
                  queued: Sequence[QueuedSink] = (), liveness: Liveness | None = None,
                  ) -> None:
@@ -184,8 +184,9 @@ class Daemon:
                         source.options = TailOptions(**{
                             **{f: getattr(opts, f) for f in opts.__dataclass_fields__},
                             "poll_interval": max(opts.poll_interval, INOTIFY_SAFETY_POLL)})
+                        source.watch_with(self.hints)
             self.metrics.watch_mode.labels(mode).set(1)
-            log.info("watching", mode=mode, roots=[r for r, _ in self.roots])
+            log.info("watching", mode=mode, globs=self.roots)
         self.runtime.start()
         waker = FdWaker(self.runtime.sources, self.wake)
         waker.start()
@@ -257,7 +258,13 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     sinks.extend(queued)
     metrics.declare_sinks(s.name for s in sinks)
     wake = threading.Event()
-    hints = ChangeHints(wake) if config.inotify else None
+    def watch_state(folders: int, watched: int, polled: int) -> None:
+        metrics.watched_directories.set(folders)
+        metrics.watch_trees.labels("inotify").set(watched)
+        metrics.watch_trees.labels("polling").set(polled)
+
+    hints = (InotifyHints(wake, on_overflow=metrics.watch_overflows.inc, on_state=watch_state)
+             if config.inotify else None)
     options = TailOptions(
         poll_interval=config.poll_interval, rescan_interval=config.rescan_interval,
         checkpoint_interval=config.checkpoint_interval, read_budget=config.read_budget_bytes,
@@ -270,7 +277,7 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
                             state_dir=config.state_dir, eventlog=eventlog, metrics=metrics,
                             checkpoint_interval=config.checkpoint_interval,
                             engine_loader=loader)
-    roots = watch_roots(inputs.globs)
+    roots = list(inputs.globs)
     if not config.inotify:
         metrics.watch_mode.labels("polling").set(1)
     liveness = Liveness(clock, max_silence=30.0)

@@ -17,12 +17,13 @@ from sigwatch.clock import Clock
 from sigwatch.config import SourceConfig
 from sigwatch.framing.container import ContainerFramer
 from sigwatch.sources.base import Source
-from sigwatch.sources.discovery import ChangeHints, SourceSpec
+from sigwatch.sources.discovery import SourceSpec
 from sigwatch.sources.file import Framer, MakeFramer
 from sigwatch.sources.files import FileSource, TailOptions
 from sigwatch.sources.journal import JournalSource
 from sigwatch.sources.kmsg import DEVICE, KmsgSource
 from sigwatch.sources.pipe import PipeSource
+from sigwatch.sources.watching import Hints
 from sigwatch.telemetry.metrics import SelfMetrics
 
 __all__ = ["Inputs", "build_sources", "container_framer"]
@@ -48,7 +49,7 @@ def container_framer(fmt: str, max_line_bytes: int) -> MakeFramer:
 
 
 def build_sources(configs: Sequence[SourceConfig], *, clock: Clock, options: TailOptions,
-                  metrics: SelfMetrics | None, hints: ChangeHints | None) -> Inputs:
+                  metrics: SelfMetrics | None, hints: Hints | None) -> Inputs:
     """One ``FileSource`` for every ``files`` entry together, one source per other entry."""
     out = Inputs()
 
