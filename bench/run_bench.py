@@ -19,7 +19,9 @@ from ``wait4()`` of that process.
 Daemon (``sigwatch run``, 40 signatures, pure-Python prefilter):
 - latency: append a failure line to a watched file, time until it is in the event log and
   until ``sigwatch_detections_total`` counts it on /metrics; p50/p99 over ``--probes`` appends;
-- idle CPU: 1,000 idle watched files, CPU seconds over ``--idle-seconds``;
+- idle CPU: 1,000 idle watched files, CPU seconds over ``--idle-seconds``; the same with
+  10,000 files in one folder, and with 20,000 folders under a mid-path wildcard
+  (``root/*/logs/*.out``; ``--only-idle`` runs just those two; target below 1% of a core);
 - memory: peak RSS while a 1 GB file is appended and read, and with 10,000 watched files.
 
 The 40 signatures: the library's signatures whose regexes RE2 (mtail) accepts unchanged, sorted
@@ -419,6 +421,56 @@ def measure_idle(work: Path, p40: Path, files: int, seconds: float) -> dict:
             "files_watched_metric": watched}
 
 
+def _idle_cpu(d: Daemon, files: int, settle: float, seconds: float) -> dict:
+    """Start ``d``, wait until it follows ``files`` files, then CPU over ``seconds`` idle."""
+    d.start()
+    try:
+        opened = d.wait_watching(files)
+        time.sleep(settle)  # start-up work (first reads, first checkpoint) is not idle
+        c0, t0 = d.cpu_seconds(), time.perf_counter()
+        time.sleep(seconds)
+        c1, t1 = d.cpu_seconds(), time.perf_counter()
+        text = d.metrics()
+        out = {"seconds": round(t1 - t0, 1),
+               "cpu_percent_of_core": round((c1 - c0) / (t1 - t0) * 100, 2),
+               "rss_mb": round(d.rss_mb(), 1), "seconds_to_follow_all": round(opened, 1),
+               "files_watched_metric": d.metric_sum("sigwatch_files_watched", text),
+               "watched_directories_metric": d.metric_sum("sigwatch_watched_directories",
+                                                          text)}
+    finally:
+        d.stop()
+    return out
+
+
+def measure_idle_files(work: Path, p40: Path, files: int, seconds: float) -> dict:
+    """Idle CPU with ``files`` quiet files in one folder (issue 11: below 1% of a core)."""
+    logs = _empty_folder(work / "idle_many")
+    for k in range(files):
+        (logs / f"rank{k:05d}.log").write_bytes(b"step 1 loss 2.0\n" * 3)
+    d = Daemon(work, str(logs / "*.log"), p40, "daemon_idle_many")
+    return {"files": files, **_idle_cpu(d, files, 15.0, seconds)}
+
+
+def measure_idle_tree(work: Path, p40: Path, dirs: int, seconds: float) -> dict:
+    """Idle CPU with ``dirs`` directories under a mid-path wildcard (``root/*/logs/*.out``).
+
+    Each job folder holds ``logs/rank0.out`` and checkpoint folders the glob cannot match
+    (ten folders per job in all), the shape of a shared scratch file system.
+    """
+    root = _empty_folder(work / "idle_tree")
+    jobs = max(1, dirs // 10)
+    for j in range(jobs):
+        job = root / f"job{j:05d}"
+        (job / "logs").mkdir(parents=True)
+        (job / "logs" / "rank0.out").write_bytes(b"step 1 loss 2.0\n")
+        (job / "data").mkdir()
+        for k in range(7):
+            (job / "ckpt" / f"step{k}").mkdir(parents=True)
+    made = sum(1 for _ in root.rglob("*") if _.is_dir())
+    d = Daemon(work, str(root / "*" / "logs" / "*.out"), p40, "daemon_idle_tree")
+    return {"directories": made, "files": jobs, **_idle_cpu(d, jobs, 15.0, seconds)}
+
+
 def measure_memory_stream(work: Path, p40: Path, corpus: Path, total: int) -> dict:
     logs = _empty_folder(work / "stream_logs")
     target = logs / "big.log"
@@ -516,9 +568,22 @@ def main() -> int:
     ap.add_argument("--probes", type=int, default=200)
     ap.add_argument("--idle-seconds", type=float, default=30.0)
     ap.add_argument("--stream-mb", type=int, default=1024)
+    ap.add_argument("--only-idle", action="store_true",
+                    help="only the idle-CPU measurements (10,000 files; 20,000 folders)")
     args = ap.parse_args()
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
+    if args.only_idle:
+        library, _errors = load_patterns([builtin_pattern_dir()])
+        p40, _p400, _sig40 = write_sets(library, work)
+        idle = {"idle_10000_files": measure_idle_files(work, p40, 10_000, args.idle_seconds)}
+        print(f"  idle, 10,000 files:            {json.dumps(idle['idle_10000_files'])}",
+              flush=True)
+        idle["idle_20000_dirs"] = measure_idle_tree(work, p40, 20_000, args.idle_seconds)
+        print(f"  idle, 20,000 dirs (*/logs/*):  {json.dumps(idle['idle_20000_dirs'])}",
+              flush=True)
+        (work / "idle.json").write_text(json.dumps(idle, indent=2), encoding="utf-8")
+        return 0
 
     library, errors = load_patterns([builtin_pattern_dir()])
     if errors:
@@ -669,6 +734,11 @@ def main() -> int:
         print(f"  stream:  {json.dumps(daemon['stream_1gb'])}", flush=True)
         daemon["files_10000"] = measure_many_files(work, p40, 10_000)
         print(f"  10k:     {json.dumps(daemon['files_10000'])}", flush=True)
+        daemon["idle_10000_files"] = measure_idle_files(work, p40, 10_000, args.idle_seconds)
+        print(f"  idle, 10,000 files:  {json.dumps(daemon['idle_10000_files'])}", flush=True)
+        daemon["idle_20000_dirs"] = measure_idle_tree(work, p40, 20_000, args.idle_seconds)
+        print(f"  idle, 20,000 dirs under */logs/*: {json.dumps(daemon['idle_20000_dirs'])}",
+              flush=True)
 
     result = {
         "command": " ".join([Path(PY).name, *sys.argv]),

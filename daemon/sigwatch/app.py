@@ -15,7 +15,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -37,12 +37,14 @@ from sigwatch.detectors.training import (
     StepTimeDetector,
 )
 from sigwatch.errors import PatternError, SigwatchError
+from sigwatch.inputs import build_sources
 from sigwatch.model import Severity
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 from sigwatch.pipeline import Engine, Pipeline
 from sigwatch.runtime.checkpoint import CheckpointStore
 from sigwatch.runtime.pump import Runtime
+from sigwatch.runtime.waking import FdWaker
 from sigwatch.sinks.alertmanager import AlertmanagerSink
 from sigwatch.sinks.base import Sink
 from sigwatch.sinks.console import ConsoleSink
@@ -50,8 +52,8 @@ from sigwatch.sinks.eventlog import EventLogSink
 from sigwatch.sinks.metrics import MetricsSink
 from sigwatch.sinks.queued import QueuedSink
 from sigwatch.sources.base import Source
-from sigwatch.sources.discovery import ChangeHints, SourceSpec, watch_roots
 from sigwatch.sources.files import FileSource, TailOptions
+from sigwatch.sources.watching import InotifyHints
 from sigwatch.telemetry.logging import configure_logging
 from sigwatch.telemetry.metrics import SelfMetrics
 from sigwatch.web.app import WebApp, register_process_collectors
@@ -107,7 +109,8 @@ def _engine_loader(dirs: list[Path], timeout: float, metrics: SelfMetrics,
 def build_pipeline(patterns: PatternSet | Engine, sinks: Sequence[Sink], *, clock: Clock,
                    metrics: SelfMetrics | None = None, host: str = "",
                    detectors: Sequence[Detector] = (),
-                   regex_timeout: float | None = None) -> Pipeline:
+                   regex_timeout: float | None = None,
+                   content: Mapping[str, str] | None = None) -> Pipeline:
     """The processing core every entry point uses: engine, detectors, root cause, sinks."""
     if isinstance(patterns, Engine):
         engine = patterns
@@ -116,7 +119,7 @@ def build_pipeline(patterns: PatternSet | Engine, sinks: Sequence[Sink], *, cloc
                       if metrics is not None else None)
         engine = Engine(patterns, regex_timeout=regex_timeout or 0.05, on_timeout=on_timeout)
     return Pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
-                    detectors=detectors)
+                    detectors=detectors, content=content)
 
 
 def build_detectors(settings: DetectorSettings, *, clock: Clock, host: str = "",
@@ -166,8 +169,8 @@ def build_runtime(*, sources: Sequence[Source], pipeline: Pipeline, clock: Clock
 class Daemon:
     """A built daemon: the runtime plus HTTP, hints and the stop/wake events."""
 
-    def __init__(self, runtime: Runtime, hints: ChangeHints | None,
-                 roots: list[tuple[str, bool]], registry: CollectorRegistry,
+    def __init__(self, runtime: Runtime, hints: InotifyHints | None,
+                 roots: list[str], registry: CollectorRegistry,
                  server: WebServer | None, metrics: SelfMetrics, wake: threading.Event,
                  queued: Sequence[QueuedSink] = (), liveness: Liveness | None = None,
                  ) -> None:
@@ -226,9 +229,12 @@ class Daemon:
                         source.options = TailOptions(**{
                             **{f: getattr(opts, f) for f in opts.__dataclass_fields__},
                             "poll_interval": max(opts.poll_interval, INOTIFY_SAFETY_POLL)})
+                        source.watch_with(self.hints)
             self.metrics.watch_mode.labels(mode).set(1)
-            log.info("watching", mode=mode, roots=[r for r, _ in self.roots])
+            log.info("watching", mode=mode, globs=self.roots)
         self.runtime.start()
+        waker = FdWaker(self.runtime.sources, self.wake)
+        waker.start()
         followed: dict[str, int] = {}
         for source in self.runtime.sources:
             report = getattr(source, "streams_by_source", None)
@@ -247,6 +253,7 @@ class Daemon:
         try:
             while not self.stopping.is_set():
                 progressed = self.runtime.run_once()
+                waker.polled()
                 self._beat()
                 for sink in self.queued:
                     self.metrics.sink_queue_depth.labels(sink.name).set(sink.depth())
@@ -256,6 +263,7 @@ class Daemon:
                 self.wake.clear()
         finally:
             sd_notify("STOPPING=1")
+            waker.stop()
             if self.hints is not None:
                 self.hints.stop()
             self.runtime.stop()
@@ -317,23 +325,27 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     sinks.extend(queued)
     metrics.declare_sinks(s.name for s in sinks)
     detectors = build_detectors(config.detectors, clock=clock, host=host, metrics=metrics)
-    pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
-                              detectors=detectors)
-    specs = [SourceSpec(s.name, tuple(s.paths), tuple(s.exclude), s.start_at)
-             for s in config.sources]
     wake = threading.Event()
-    hints = ChangeHints(wake) if config.inotify else None
+    def watch_state(folders: int, watched: int, polled: int) -> None:
+        metrics.watched_directories.set(folders)
+        metrics.watch_trees.labels("inotify").set(watched)
+        metrics.watch_trees.labels("polling").set(polled)
+
+    hints = (InotifyHints(wake, on_overflow=metrics.watch_overflows.inc, on_state=watch_state)
+             if config.inotify else None)
     options = TailOptions(
         poll_interval=config.poll_interval, rescan_interval=config.rescan_interval,
         checkpoint_interval=config.checkpoint_interval, read_budget=config.read_budget_bytes,
         max_line_bytes=config.max_line_bytes, max_files=config.max_files)
-    files = FileSource(sources=specs, clock=clock, options=options, metrics=metrics,
-                       hints=hints)
-    runtime = build_runtime(sources=[files], pipeline=pipeline, clock=clock,
+    inputs = build_sources(config.sources, clock=clock, options=options, metrics=metrics,
+                           hints=hints)
+    pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
+                              detectors=detectors, content=inputs.content)
+    runtime = build_runtime(sources=inputs.sources, pipeline=pipeline, clock=clock,
                             state_dir=config.state_dir, eventlog=eventlog, metrics=metrics,
                             checkpoint_interval=config.checkpoint_interval,
                             engine_loader=loader, notify=sd_notify)
-    roots = watch_roots([p for s in config.sources for p in s.paths])
+    roots = list(inputs.globs)
     if not config.inotify:
         metrics.watch_mode.labels("polling").set(1)
     liveness = Liveness(clock, max_silence=30.0)
@@ -373,7 +385,7 @@ def _build_web(config: Config, registry: CollectorRegistry, metrics: SelfMetrics
     if warning:
         log.warning("http_exposed", detail=warning)
     status = RegistryStatus(
-        registry, [(s.name, "file") for s in config.sources],
+        registry, [(s.name, "file" if s.kind == "files" else s.kind) for s in config.sources],
         signatures=lambda: signature_infos(runtime.pipeline.engine.patterns.signatures),
         open_incidents=runtime.pipeline.open_incidents,
         progress=runtime.progress)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
 from sigwatch import __version__
-from sigwatch.errors import InputError, PatternError, SigwatchError
+from sigwatch.errors import PatternError, SigwatchError
 
 if TYPE_CHECKING:
     from sigwatch.model import Detection
@@ -90,6 +90,24 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-console", action="store_true",
                      help="Do not print detections on stdout.")
 
+    ex = sub.add_parser(
+        "exec", help="Run a command, pass its output through, match it live.",
+        description="Run COMMAND with its stdout and stderr passed through unchanged while "
+                    "both are matched; exits with COMMAND's status (128+N after signal N). "
+                    "Detections go to stderr, --events and --listen.")
+    ex.add_argument("--patterns", action="append", type=Path, metavar="DIR",
+                    help="Signature folders (repeatable); replace the built-in library.")
+    ex.add_argument("--events", type=Path, metavar="FILE",
+                    help="Append one JSON object per detection to FILE.")
+    ex.add_argument("--listen", metavar="HOST:PORT",
+                    help="Serve /metrics while the command runs (default: no listener).")
+    ex.add_argument("--no-console", action="store_true",
+                    help="Do not print detections on stderr.")
+    ex.add_argument("--source", default="exec", metavar="NAME",
+                    help="The source label of this command's output (default: exec).")
+    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...",
+                    help="The command and its arguments.")
+
     scan = sub.add_parser("scan", help="Read files once from the start and print detections.")
     scan.add_argument("--patterns", action="append", type=Path, metavar="DIR",
                       help="Signature folders (repeatable); replace the built-in library.")
@@ -103,7 +121,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="Colour the text output (auto: on a terminal, unless NO_COLOR).")
     scan.add_argument("--min-severity", choices=["info", "warning", "error", "critical"],
                       default="info", help="Only report detections at or above this level.")
-    scan.add_argument("files", nargs="+", metavar="FILE", help="Files to read; - is stdin.")
+    scan.add_argument("files", nargs="+", metavar="FILE",
+                      help="Files to read (gzip, bzip2 and xz are decompressed), folders "
+                           "(read recursively); - is stdin.")
 
     pat = sub.add_parser("patterns", help="Inspect and check the signature library.")
     pat_sub = pat.add_subparsers(dest="patterns_command", required=True, metavar="ACTION")
@@ -158,6 +178,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             from sigwatch.templating import print_templates
 
             return print_templates(args.files, sys.stdout, fmt=args.format)
+        if args.command == "exec":
+            return _exec(args)
     except _LoadFailedError as exc:
         for err in exc.errors:
             print(f"sigwatch: {err}", file=sys.stderr)
@@ -172,6 +194,7 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
     from sigwatch.app import build_pipeline
     from sigwatch.clock import SystemClock
     from sigwatch.model import Severity, StreamInfo
+    from sigwatch.scaninputs import COMPRESSION_ERRORS, open_input, scan_inputs
     from sigwatch.scanning import scan_stream
     from sigwatch.sinks.base import CollectingSink
     from sigwatch.sinks.console import Style, format_report, use_colour
@@ -188,16 +211,30 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
     pipeline = build_pipeline(patterns, [sink], clock=clock, detectors=detectors)
     floor = Severity.parse(args.min_severity)
     shown: list[Detection] = []
-    for name in args.files:
+    unreadable = 0
+    for item in scan_inputs(list(args.files)):
+        name = item.path
+        if item.note:
+            print(f"sigwatch: {name}: {item.note}", file=sys.stderr)
+            continue
         before = len(sink.detections)
         try:
-            if name == "-":
-                scan_stream(pipeline, StreamInfo("-", "-", "-"), sys.stdin.buffer)
-            else:
-                with open(name, "rb") as fh:
-                    scan_stream(pipeline, StreamInfo(name, name, name), fh)
-        except OSError as exc:
-            raise InputError(f"{name}: cannot read: {exc.strerror}") from None
+            if item.error:
+                raise OSError(item.error)
+            reader = open_input(name)
+            try:
+                scan_stream(pipeline, StreamInfo(name, name, name), reader, kind="scan")
+                damage = getattr(reader, "error", None)
+                if damage is not None:
+                    raise damage
+            finally:
+                if name != "-":
+                    reader.close()
+        except COMPRESSION_ERRORS as exc:
+            reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror
+                      else str(exc) or type(exc).__name__)
+            print(f"sigwatch: {name}: cannot read: {reason}", file=sys.stderr)
+            unreadable += 1
         for d in sink.detections[before:]:
             if d.severity < floor:
                 continue
@@ -207,6 +244,8 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
     if args.format == "text":
         style = Style(use_colour(out, args.color))
         out.write(format_report(shown, inputs=len(args.files), style=style))
+    if unreadable:  # an incomplete scan is never "clean"
+        return EXIT_ERROR
     return EXIT_FOUND if shown else EXIT_OK
 
 
@@ -297,6 +336,30 @@ def _usable_folder(folder: Path) -> bool:
             return False
         probe = probe.parent
     return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+
+
+def _exec(args: argparse.Namespace) -> int:
+    from sigwatch.execute import ExecOptions, run_exec
+    from sigwatch.telemetry.logging import configure_logging
+
+    command = list(args.argv)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("sigwatch: exec: no command given (sigwatch exec [options] -- COMMAND...)",
+              file=sys.stderr)
+        return EXIT_ERROR
+    if args.listen:
+        from sigwatch.web.server import ListenAddressError, parse_listen
+
+        try:
+            parse_listen(args.listen)
+        except ListenAddressError as exc:
+            raise SigwatchError(str(exc)) from None
+    configure_logging(level="warning")
+    options = ExecOptions(patterns=tuple(args.patterns or ()), events=args.events,
+                          listen=args.listen, console=not args.no_console, source=args.source)
+    return run_exec(command, options)
 
 
 def _run(args: argparse.Namespace) -> int:

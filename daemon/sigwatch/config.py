@@ -8,7 +8,14 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sigwatch.detectors.progress import Extractor
 from sigwatch.errors import ConfigError, field_path
@@ -37,12 +44,45 @@ class _Strict(BaseModel):
 
 
 class SourceConfig(_Strict):
-    """A named group of files; the name is the ``source`` label."""
+    """A named input; the name is the ``source`` label.
+
+    ``kind``: ``files`` (globs in ``paths``), ``journal`` (``units``/``identifiers`` filter;
+    ``kernel`` for its kernel messages), ``kmsg`` (``/dev/kmsg``, or ``paths[0]``) or ``pipe``
+    (named pipes in ``paths``). ``format`` reads file sources as container logs (CRI,
+    Docker json-file). ``content`` says what a stream holds when its kind does not (a file
+    that is ``/var/log/kern.log`` is ``kernel``), which decides the signatures that apply.
+    """
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-    paths: list[str] = Field(min_length=1)
+    kind: Literal["files", "journal", "kmsg", "pipe"] = "files"
+    paths: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
     start_at: Literal["end", "beginning"] = "end"
+    units: list[str] = Field(default_factory=list)
+    identifiers: list[str] = Field(default_factory=list)
+    kernel: bool = False
+    format: Literal["auto", "cri", "docker", "plain"] | None = None
+    content: Literal["job", "kernel", "mixed"] | None = None
+    lookback_seconds: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _fits_kind(self) -> SourceConfig:
+        if self.kind in ("files", "pipe") and not self.paths:
+            msg = f"a {self.kind} source needs at least one entry in paths"
+            raise ValueError(msg)
+        if self.kind == "pipe" and len(self.paths) != 1:
+            msg = "a pipe source reads one named pipe (one entry in paths)"
+            raise ValueError(msg)
+        if self.kind == "kmsg" and len(self.paths) > 1:
+            msg = "a kmsg source reads one device (paths holds at most one)"
+            raise ValueError(msg)
+        if (self.units or self.identifiers or self.kernel) and self.kind != "journal":
+            msg = "units, identifiers and kernel apply to journal sources only"
+            raise ValueError(msg)
+        if self.format is not None and self.kind != "files":
+            msg = "format applies to files sources only"
+            raise ValueError(msg)
+        return self
 
 
 class NovelErrorSettings(_Strict):

@@ -10,8 +10,9 @@ replay point was delivered before a restart and is not delivered again.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -22,9 +23,10 @@ from sigwatch.detectors.rootcause import RootCauseCorrelator
 from sigwatch.detectors.signatures import HOLD_SECONDS, SignatureDetector
 from sigwatch.engine.matcher import DEFAULT_REGEX_TIMEOUT, Matcher
 from sigwatch.framing.lines import Segment
-from sigwatch.framing.normalize import normalize
+from sigwatch.framing.normalize import normalize, normalize_line
 from sigwatch.model import Detection, LogLine, Match
 from sigwatch.patterns.compiled import PatternSet
+from sigwatch.patterns.kinds import allowed_signatures, content_of
 from sigwatch.sinks.base import Sink
 from sigwatch.sources.base import ReplayNeed, StreamClosed, StreamEvent, StreamLines, StreamOpened
 from sigwatch.telemetry.metrics import SelfMetrics
@@ -66,6 +68,8 @@ class _Stream:
     replay_below: int
     pending: frozenset[int]
     tail: deque[bytes] = field(default_factory=lambda: deque(maxlen=1))
+    content: str = "mixed"  # what the stream holds: kernel | job | mixed
+    allowed: frozenset[str] | None = None  # signatures that apply (None: every one)
 
 
 class _Recent:
@@ -110,8 +114,13 @@ class Pipeline:
         metrics: SelfMetrics | None = None,
         host: str = "",
         detectors: Sequence[Detector] = (),
+        content: Mapping[str, str] | None = None,
     ) -> None:
+        """``content``: source name -> what its streams hold (``kernel``/``job``/``mixed``)
+        when the stream's kind does not say it (see ``sigwatch.patterns.kinds``)."""
         self.engine = engine
+        self.content = dict(content or {})
+        self._allowed: dict[str, frozenset[str] | None] = {}
         self.sinks = list(sinks)
         self.clock = clock
         self.metrics = metrics
@@ -137,6 +146,9 @@ class Pipeline:
         released. Returns what was delivered.
         """
         self.engine = engine
+        self._allowed = {}
+        for stream in self._streams.values():
+            stream.allowed = self._allowed_for(stream.content)
         self.correlator.swap(engine.patterns)
         released = self.signatures.swap(engine.patterns)
         self.signatures.regex_timeout = engine.regex_timeout
@@ -145,6 +157,10 @@ class Pipeline:
             if stream.tail.maxlen != width:
                 stream.tail = deque(stream.tail, maxlen=width)
         return self._deliver_all(released)
+
+    def emit(self, detection: Detection) -> list[Detection]:
+        """Deliver a detection no line triggered (a command's abnormal exit) to every sink."""
+        return self._deliver_all((detection,))
 
     def flush(self) -> None:
         """Make every sink durable (before a checkpoint)."""
@@ -181,9 +197,11 @@ class Pipeline:
 
     def open(self, event: StreamOpened) -> None:
         ctx = StreamContext(event.handle, event.info, event.kind)
+        content = content_of(event.kind, self.content.get(event.info.source))
         self._streams[event.handle] = _Stream(
             ctx, event.lineno, event.replay_below, frozenset(event.pending),
-            deque(maxlen=max(self.engine.max_context, 1)))
+            deque(maxlen=max(self.engine.max_context, 1)), content,
+            self._allowed_for(content))
         for detector in self.detectors:
             detector.on_open(ctx)
 
@@ -257,6 +275,15 @@ class Pipeline:
             if det.name in states:
                 det.restore(states[det.name])
 
+    def _allowed_for(self, content: str) -> frozenset[str] | None:
+        """The signatures that apply to a stream holding ``content`` (cached per kind)."""
+        if content not in self._allowed:
+            patterns = self.engine.patterns
+            allowed = allowed_signatures(patterns, content)
+            self._allowed[content] = (None if len(allowed) == len(patterns.signatures)
+                                      else allowed)
+        return self._allowed[content]
+
     def _lineno_of(self, handle: int) -> int:
         stream = self._streams.get(handle)
         return stream.lineno if stream is not None else 0
@@ -283,6 +310,7 @@ class Pipeline:
         base_lineno = stream.lineno
         out: list[Detection] = []
         wanted = self._wanted(data) if self._interests else None
+        seg_time: float | None = getattr(seg, "time", None)  # journal, kmsg, container logs
         if prefilter.filters_everything:
             candidates: Iterable[tuple[int, int, Sequence[tuple[int, int]]]]
             candidates = prefilter.candidates(data)
@@ -293,7 +321,7 @@ class Pipeline:
                 lineno += data.count(b"\n", counted_to, start) + 1
                 counted_to = end + 1
                 out.extend(self._line(stream, data, seg.offset, start, end, lineno, steps,
-                                      wanted.get(start) if wanted else None))
+                                      wanted.get(start) if wanted else None, seg_time))
         else:
             hits = {start: steps for start, _end, steps in prefilter.candidates(data)}
             forced = frozenset(prefilter.forced)
@@ -304,7 +332,7 @@ class Pipeline:
                 extra = hits.get(start)
                 steps = tuple(sorted(forced.union(extra))) if extra else prefilter.forced
                 out.extend(self._line(stream, data, seg.offset, start, end, lineno, steps,
-                                      wanted.get(start) if wanted else None))
+                                      wanted.get(start) if wanted else None, seg_time))
                 start = end + 1
         stream.lineno = base_lineno + count
         if engine.max_context:
@@ -336,16 +364,29 @@ class Pipeline:
 
     def _line(self, stream: _Stream, data: bytes, base: int, start: int, end: int,
               lineno: int, steps: Sequence[tuple[int, int]],
-              interested: tuple[int, set[int]] | None) -> list[Detection]:
+              interested: tuple[int, set[int]] | None,
+              seg_time: float | None = None) -> list[Detection]:
         raw = data[start:end].decode("utf-8", "replace")
         out: list[Detection] = []
         engine = self.engine
         recent = _Recent(data, start, stream.tail)
-        for rank, text in normalize(raw):
-            line = LogLine(stream.ctx.info, base + start, lineno, text, rank)
+        allowed = stream.allowed
+        times: list[float | None] | None = None
+        for part, (rank, text) in enumerate(normalize(raw)):
+            line = LogLine(stream.ctx.info, base + start, lineno, text, rank, seg_time)
             matches: tuple[Match, ...] = tuple(engine.matcher.match(line, steps)) if steps else ()
+            if matches and allowed is not None:
+                matches = tuple(m for m in matches if m.signature in allowed)
             if not matches and interested is None:
                 continue
+            if seg_time is None:
+                # The line's own time, from its prefix: parsed for candidate lines only.
+                if times is None:
+                    times = [n.time for n in normalize_line(raw)]
+                stamp = times[part] if part < len(times) else None
+                if stamp is not None:
+                    line = dataclasses.replace(line, time=stamp)
+                    matches = tuple(dataclasses.replace(m, line=line) for m in matches)
             event = LineEvent(stream.ctx, line, matches, recent,
                               replaying=line.offset < stream.replay_below)
             for index, detector in enumerate(self.detectors):

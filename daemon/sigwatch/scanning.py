@@ -25,7 +25,7 @@ def _segments(reader: BinaryIO, framer: LineFramer) -> Iterator[list[Segment]]:
 
 
 def scan_stream(pipeline: Pipeline, stream: StreamInfo, reader: BinaryIO,
-                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, kind: str = "file",
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, kind: str = "scan",
                 ) -> list[Detection]:
     """Read ``reader`` to its end, including a last line without newline."""
     handle = pipeline.new_handle()
@@ -39,7 +39,7 @@ def scan_stream(pipeline: Pipeline, stream: StreamInfo, reader: BinaryIO,
 
 
 def scan_bytes(pipeline: Pipeline, stream: StreamInfo, data: bytes,
-               max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, kind: str = "file",
+               max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, kind: str = "scan",
                ) -> list[Detection]:
     """Same as ``scan_stream`` for bytes already in memory."""
     handle = pipeline.new_handle()

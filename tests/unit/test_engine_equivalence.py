@@ -164,7 +164,8 @@ def _detect(patterns, data: bytes, backend: str, seed: int = 3) -> list[tuple]:
     engine = Engine(patterns, prefilter=backend)
     pipeline = Pipeline(engine, [sink], clock=FakeClock())
     handle = pipeline.new_handle()
-    pipeline.open(StreamOpened(handle, StreamInfo("src", "f.log", "k")))
+    # "scan" holds mixed content: every signature applies (kernel-only ones included).
+    pipeline.open(StreamOpened(handle, StreamInfo("src", "f.log", "k"), kind="scan"))
     framer = LineFramer()
     rng = random.Random(seed)
     pos = 0

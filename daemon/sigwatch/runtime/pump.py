@@ -9,6 +9,7 @@ from their committed positions, which writes the same events again and nothing e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -21,7 +22,13 @@ from sigwatch.clock import Clock
 from sigwatch.pipeline import Engine, Pipeline
 from sigwatch.runtime.checkpoint import Checkpoint, CheckpointStore
 from sigwatch.sinks.eventlog import EventLogSink
-from sigwatch.sources.base import Source
+from sigwatch.sources.base import (
+    ReplayNeed,
+    Source,
+    StreamClosed,
+    StreamEvent,
+    StreamOpened,
+)
 from sigwatch.telemetry.metrics import SelfMetrics
 
 __all__ = ["Runtime"]
@@ -60,6 +67,11 @@ class Runtime:
         self._dirty = False
         self._checkpoint_failing = False
         self._progress: dict[str, tuple[float | None, Any, float | None]] = {}
+        # Each source numbers its own streams; with several sources the pipeline sees
+        # runtime-wide handles: (source index, source's handle) -> pipeline handle.
+        self._shared = len(self.sources) > 1
+        self._handles: list[dict[int, int]] = [{} for _ in self.sources]
+        self._next_handle = 1
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -123,9 +135,9 @@ class Runtime:
         progressed = False
         pipeline = self.pipeline
         delivered = pipeline.delivered
-        for source in self.sources:
+        for index, source in enumerate(self.sources):
             for event in source.poll(now):
-                pipeline.handle_event(event)
+                pipeline.handle_event(self._translate(index, event) if self._shared else event)
                 progressed = True
         deadline = pipeline.next_deadline()
         if deadline is not None and deadline <= self.clock.monotonic():
@@ -181,8 +193,7 @@ class Runtime:
         self.pipeline.flush()
         try:
             event_commit = self.eventlog.commit_point() if self.eventlog else None
-            need = self.pipeline.need
-            sources = {s.name: s.snapshot(need) for s in self.sources}
+            sources = {s.name: s.snapshot(self._need_of(i)) for i, s in enumerate(self.sources)}
             self.store.save(Checkpoint(sources, event_commit, time.time(),
                                        self.pipeline.snapshot()))
         except OSError as exc:
@@ -242,6 +253,31 @@ class Runtime:
     def stop(self) -> None:
         """Final commit, then stop every source."""
         self.commit(force=True)
-        for source in self.sources:
+        for index, source in enumerate(self.sources):
             for event in source.stop():
-                self.pipeline.handle_event(event)
+                self.pipeline.handle_event(self._translate(index, event) if self._shared
+                                           else event)
+
+    def _translate(self, index: int, event: StreamEvent) -> StreamEvent:
+        """The event with the runtime-wide handle of its stream (several sources)."""
+        handles = self._handles[index]
+        if isinstance(event, StreamOpened):
+            handles[event.handle] = self._next_handle
+            self._next_handle += 1
+        shared = handles.get(event.handle)
+        if shared is None:  # a stream never announced: keep it apart from every other
+            shared = handles[event.handle] = self._next_handle
+            self._next_handle += 1
+        if isinstance(event, StreamClosed):
+            del handles[event.handle]
+        return dataclasses.replace(event, handle=shared)
+
+    def _need_of(self, index: int) -> Callable[[int], ReplayNeed]:
+        if not self._shared:
+            return self.pipeline.need
+        handles = self._handles[index]
+
+        def need(handle: int) -> ReplayNeed:
+            shared = handles.get(handle)
+            return self.pipeline.need(shared) if shared is not None else ReplayNeed()
+        return need

@@ -15,7 +15,7 @@ import hashlib
 import os
 import stat as stat_mod
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +28,8 @@ __all__ = [
     "FileRecord",
     "FileStream",
     "FileTailer",
+    "Framer",
+    "MakeFramer",
     "Resume",
     "TailObserver",
     "head_fingerprint",
@@ -72,6 +74,22 @@ class FileRecord:
     pending: tuple[int, ...] = ()  # offsets of detections held (not delivered) at the commit
 
 
+class Framer(Protocol):
+    """Bytes of a file in, whole lines out: ``LineFramer`` or a ``ContainerFramer``."""
+
+    @property
+    def committed_offset(self) -> int: ...
+    @property
+    def pending_bytes(self) -> int: ...
+    def feed(self, data: bytes) -> Sequence[Segment]: ...
+    def finish(self) -> Sequence[Segment]: ...
+    def reset(self, offset: int) -> None: ...
+
+
+MakeFramer = Callable[[int], Framer]
+"""Builds the framer of a stream that starts at a byte offset (container log formats)."""
+
+
 class TailObserver(Protocol):
     """What a tailer reports; the app turns each call into a log event and a metric."""
 
@@ -98,7 +116,8 @@ class FileStream:
     """One open file. Reads with ``pread`` so the file position never matters."""
 
     def __init__(self, source: str, path: str, fd: int, st: os.stat_result,
-                 resume: Resume, max_line_bytes: int) -> None:
+                 resume: Resume, max_line_bytes: int,
+                 make_framer: MakeFramer | None = None) -> None:
         self.source = source
         self.path = path
         self.fd = fd
@@ -108,7 +127,8 @@ class FileStream:
         self.start_lineno = resume.lineno
         self.emitted = resume.emitted
         self.pending = resume.pending
-        self.framer = LineFramer(max_line_bytes, resume.offset)
+        self.framer: Framer = (make_framer(resume.offset) if make_framer is not None
+                               else LineFramer(max_line_bytes, resume.offset))
         # The bytes ending at ``emitted`` that the checkpoint verified (kept while replaying
         # below it), the last bytes read (ending at ``offset``: a rewrite in place shows up
         # as a mismatch), and the last bytes of the last whole line (ending at the committed
@@ -222,7 +242,7 @@ class FileStream:
             self.open_head = b""
         self.offset += len(data)
         self.marker = (before + data[-MARKER_BYTES:])[-MARKER_BYTES:]
-        segments = self.framer.feed(data)
+        segments = list(self.framer.feed(data))
         upto = self.framer.committed_offset - start
         if upto > 0:
             self.committed_marker = (before + data[max(0, upto - MARKER_BYTES):upto])[
@@ -231,7 +251,7 @@ class FileStream:
 
     def finish(self) -> list[Segment]:
         """The file is gone for good: hand out a last line that never got its newline."""
-        out = self.framer.finish()
+        out = list(self.framer.finish())
         if out:
             self.committed_marker = self.marker
         return out
@@ -287,8 +307,10 @@ class FileTailer:
         rotate_wait: float,
         adopt: Callable[[FileTailer, tuple[int, int]], FileStream | bool],
         orphan: bool = False,
+        make_framer: MakeFramer | None = None,
     ) -> None:
         self.source = source
+        self._make_framer = make_framer
         self.path = path
         self.current: FileStream | None = None
         self.draining: list[Draining] = []
@@ -330,7 +352,8 @@ class FileTailer:
             adopted.path = self.path
             self.current = adopted
             return adopted
-        stream = FileStream(self.source, self.path, fd, st, resume(st, fd), self._max_line_bytes)
+        stream = FileStream(self.source, self.path, fd, st, resume(st, fd), self._max_line_bytes,
+                            self._make_framer)
         self.current = stream
         self._failing = None
         self._observer.opened(self.source, self.path, stream.offset)

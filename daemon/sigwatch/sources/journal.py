@@ -173,7 +173,7 @@ class JournalSource:
         self.content = "kernel" if kernel else ("job" if units or identifiers else "mixed")
         what = ",".join(self.units + self.identifiers) or ("kernel" if kernel else "all")
         self.info = StreamInfo(name, f"journal:{what}", f"journal:{name}:{what}")
-        self.progress = Progress()
+        self.reading = Progress()
         # The cursor after which the next unread entry follows, and the position of that
         # entry's first line (lines of it below ``progress.read_to`` were handed out).
         self.cursor: str | None = None
@@ -221,7 +221,7 @@ class JournalSource:
             self._resume_lineno = point.lineno
             self._replay_below = point.replay_below
             self._pending = point.pending
-            self.progress = Progress.resumed(point)
+            self.reading = Progress.resumed(point)
         elif isinstance(state.get("since"), (int, float)):
             # Stopped before the first entry arrived: start where that lifetime started.
             self._since = float(state["since"])
@@ -343,7 +343,7 @@ class JournalSource:
         # Entries read but not handed out yet are re-read from the last handed-out cursor.
         self._ready.clear()
         self._next_position = self._cursor_entry
-        self._skip_below = self.progress.read_to
+        self._skip_below = self.reading.read_to
         self._last_cursor_seen = self.cursor
 
     def _close_proc(self) -> None:
@@ -375,7 +375,7 @@ class JournalSource:
                 if entry.lines:
                     self._cursor_entry = entry.lines[-1].next_offset
             if batch:
-                self.progress.advance(batch[-1].next_offset, len(batch))
+                self.reading.advance(batch[-1].next_offset, len(batch))
                 yield StreamLines(HANDLE, self.info, tuple(batch),
                                   sum(len(s.data) for s in batch))
 
@@ -384,16 +384,16 @@ class JournalSource:
 
     def snapshot(self, need: Callable[[int], ReplayNeed]) -> JSONValue:
         """The last cursor, and where to resume (an older entry when a detector needs it)."""
-        record = self.progress.record(need(HANDLE))
+        record = self.reading.record(need(HANDLE))
         position = int(str(record["position"]))
         record["cursor"] = self.cursor
         record["entry_position"] = self._cursor_entry
-        if position < self.progress.read_to:
+        if position < self.reading.read_to:
             span = next((s for s in self._spans if s.first <= position < s.end), None)
             if span is None or span.before is None:
                 # Older than the replay window: resume at the end; the state is not rebuilt.
-                record["position"] = self.progress.read_to
-                record["lineno"] = self.progress.lineno
+                record["position"] = self.reading.read_to
+                record["lineno"] = self.reading.lineno
             else:
                 record["cursor"] = span.before
                 record["entry_position"] = span.first
@@ -410,6 +410,17 @@ class JournalSource:
         if self.proc is not None and self.proc.stdout is not None:
             return (self.proc.stdout.fileno(),)
         return ()
+
+    def progress(self) -> dict[str, tuple[float | None, str, float | None]]:
+        """Liveness for the runtime: seconds behind the journal, and the last read time.
+
+        Behind means entries are waiting (read and not handed out, or unread in journalctl's
+        pipe); then the lag is the age of the newest entry handed out. Caught up is 0, even
+        when the journal has been quiet for an hour.
+        """
+        waiting = bool(self._ready) or self._more or _unread_bytes(self.fds()) > 0
+        lag = self.lag_seconds() if waiting else (0.0 if self._announced else None)
+        return {self.name: (lag, "seconds", self.last_read)}
 
     def lag_seconds(self) -> float | None:
         """How far behind the newest entry handed out is, by the journal's clock."""
@@ -430,3 +441,17 @@ class JournalSource:
         self._ready.clear()
         if self._announced:
             yield StreamClosed(HANDLE, self.info)
+
+
+def _unread_bytes(fds: tuple[int, ...]) -> int:
+    """Bytes waiting in the pipes ``fds`` (FIONREAD), 0 when it cannot be told."""
+    import termios
+
+    total = 0
+    for fd in fds:
+        try:
+            buf = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            continue
+        total += int.from_bytes(buf, "little", signed=True)
+    return total

@@ -150,7 +150,7 @@ class KmsgSource:
         self.fd: int | None = None
         self.device = False  # a character device: one record per read()
         self.info = StreamInfo(name, path, f"kmsg:{path}")
-        self.progress = Progress()
+        self.reading = Progress()
         self.resume = ResumePoint(0, 0)
         self.skip_below = 0  # records below this sequence number were read before
         self.min_time: float | None = None
@@ -191,7 +191,7 @@ class KmsgSource:
             self.resume = resume
             self.skip_below = resume.position
             self.expected = resume.replay_below if resume.replay_below >= 0 else None
-            self.progress = Progress.resumed(resume)
+            self.reading = Progress.resumed(resume)
         elif state.get("boot_id"):
             # A new boot: sequence numbers restart at 0, and all of them are unseen, so a
             # first record above 0 means the ring buffer overwrote the start of this boot.
@@ -262,7 +262,7 @@ class KmsgSource:
         if self.min_time is not None:
             if self.boot_time + record.usec / 1e6 < self.min_time:
                 self.skip_below = record.seq + 1
-                self.progress = Progress(record.seq + 1, 0)
+                self.reading = Progress(record.seq + 1, 0)
                 return
             self.min_time = None
         # Old kernels print continuation fragments as records flagged "c" then "+".
@@ -306,7 +306,7 @@ class KmsgSource:
             batch: list[TimedSegment] = []
             while self._ready and len(batch) < self.batch_lines:
                 batch.append(self._ready.popleft())
-            self.progress.advance(batch[-1].next_offset, len(batch))
+            self.reading.advance(batch[-1].next_offset, len(batch))
             yield StreamLines(HANDLE, self.info, tuple(batch),
                               sum(len(s.data) for s in batch))
 
@@ -319,7 +319,7 @@ class KmsgSource:
         """Boot id and the resume record; the fallback's own snapshot when it is in use."""
         if self.fallback is not None:
             return {"fallback": self.fallback.snapshot(need), "reason": self.fallback_reason}
-        return {"boot_id": self.boot_id, "resume": self.progress.record(need(HANDLE)),
+        return {"boot_id": self.boot_id, "resume": self.reading.record(need(HANDLE)),
                 "lost": self.lost}
 
     def next_wakeup(self, now: float) -> float | None:
@@ -327,6 +327,17 @@ class KmsgSource:
         if self.fallback is not None:
             return self.fallback.next_wakeup(now)
         return now + self.poll_interval
+
+    def progress(self) -> dict[str, tuple[float | None, str, float | None]]:
+        """Liveness for the runtime: records read but not handed out yet, last read time.
+
+        Records the ring buffer overwrote before we read them are loss, not lag: they are
+        counted through ``on_loss`` (``sigwatch_data_loss_events_total{reason="kmsg_overrun"}``).
+        """
+        if self.fallback is not None:
+            report = getattr(self.fallback, "progress", None)
+            return report() if report is not None else {}
+        return {self.name: (float(len(self._ready)), "records", self.last_read)}
 
     def fds(self) -> tuple[int, ...]:
         """Descriptors a selector can wait on for readability (the device supports poll())."""
@@ -344,7 +355,7 @@ class KmsgSource:
             self._held = None
         while self._ready:
             seg = self._ready.popleft()
-            self.progress.advance(seg.next_offset, 1)
+            self.reading.advance(seg.next_offset, 1)
             yield StreamLines(HANDLE, self.info, (seg,), len(seg.data))
         os.close(self.fd)
         self.fd = None

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
+import termios
+import time
 from collections.abc import Callable, Iterator
 
 from sigwatch.framing.lines import DEFAULT_MAX_LINE_BYTES, LineFramer, Segment
@@ -53,7 +56,8 @@ class PipeSource:
                  label: str | None = None, kind: str = "pipe",
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
                  max_bytes_per_poll: int = 4 << 20, poll_interval: float = 1.0,
-                 on_error: Callable[[str, str], None] | None = None) -> None:
+                 on_error: Callable[[str, str], None] | None = None,
+                 tee: Callable[[bytes], None] | None = None) -> None:
         if (path is None) == (fd is None):
             msg = "give exactly one of path or fd"
             raise ValueError(msg)
@@ -65,6 +69,7 @@ class PipeSource:
         self.max_bytes = max_bytes_per_poll
         self.poll_interval = poll_interval
         self.on_error = on_error
+        self.tee = tee  # sees every chunk as read, before framing (``sigwatch exec``)
         where = path if path is not None else (label or f"fd:{fd}")
         self.info = StreamInfo(name, where, f"{kind}:{where}")
         self.fd: int | None = fd
@@ -81,6 +86,7 @@ class PipeSource:
         self.framer = LineFramer(max_line_bytes, 0)
         self.bytes_read = 0
         self.last_read: float | None = None
+        self.last_read_wall: float | None = None  # Unix time, for the liveness gauge
         self.error = ""
         self.lost_partial = 0  # bytes of a partial line a restart dropped
         self._announced = False
@@ -150,15 +156,21 @@ class PipeSource:
             except OSError as exc:
                 if exc.errno == errno.EINTR:
                     continue
+                if exc.errno == errno.EIO and os.isatty(self.fd):
+                    self._eof = True  # a pseudo-terminal whose other side closed: the end
+                    break
                 self._report(f"read failed: {exc.strerror}")
                 self._eof = True
                 break
             if not chunk:
                 self._eof = True
                 break
+            if self.tee is not None:
+                self.tee(chunk)
             got += len(chunk)
             self.bytes_read += len(chunk)
             self.last_read = now
+            self.last_read_wall = time.time()
             segments = self.framer.feed(chunk)
             if segments:
                 yield self._lines(segments, len(chunk))
@@ -210,6 +222,18 @@ class PipeSource:
         if self.fd is None and not self._closed:
             return now + self.poll_interval
         return None
+
+    def progress(self) -> dict[str, tuple[float | None, str, float | None]]:
+        """Liveness for the runtime: bytes waiting in the pipe (FIONREAD), last read time."""
+        lag: float | None = None
+        if self.fd is not None and not self._closed:
+            try:
+                buf = fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0")
+                lag = float(int.from_bytes(buf, "little", signed=True))
+            except OSError:
+                lag = None
+        wall = self.last_read_wall
+        return {self.name: (lag, "bytes", wall)}
 
     def fds(self) -> tuple[int, ...]:
         return (self.fd,) if self.fd is not None and not self._closed else ()

@@ -193,6 +193,41 @@ class SelfMetrics:
         self.alerts_dropped.labels("queue_full")
         for reason in ("connect", "timeout", "rejected", "server_error"):
             self.alert_post_failures.labels(reason)
+        # Sources beyond files and watching that scales (issue 11). Directories watched with
+        # inotify (only those a glob can match), trees that fell back to polling after a
+        # notification queue overflow, globs matching no file (per configured source name),
+        # and abnormal exits of commands run by ``sigwatch exec``.
+        self.watched_directories = Gauge(
+            "sigwatch_watched_directories",
+            "Directories watched for changes with inotify (only those a glob can match).",
+            registry=r)
+        self.watch_overflows = Counter(
+            "sigwatch_watch_overflows",
+            "inotify event queue overflows; the tree is then polled instead of watched.",
+            registry=r)
+        self.watch_trees = Gauge(
+            "sigwatch_watch_trees",
+            "Watched glob trees by how changes are noticed (inotify, or polling after an "
+            "overflow or a watch limit).", ["mode"], registry=r)
+        for mode in ("inotify", "polling"):
+            self.watch_trees.labels(mode)
+        self.globs_unmatched = Gauge(
+            "sigwatch_globs_unmatched",
+            "Configured globs of a source that match no file right now.", ["source"],
+            registry=r)
+        self.exec_exits = Counter(
+            "sigwatch_exec_exits",
+            "Commands run by sigwatch exec that ended, by how (ok, status, signal).",
+            ["how"], registry=r)
+        for how in ("ok", "status", "signal"):
+            self.exec_exits.labels(how)
+
+    def declare_input_kinds(self, files: Iterable[str], kmsg: Iterable[str]) -> None:
+        """Series at zero for file sources (unmatched globs) and kernel-log loss."""
+        for source in files:
+            self.globs_unmatched.labels(source)
+        for source in kmsg:
+            self.data_loss.labels(source, "kmsg_overrun")
 
     def declare_signatures(
         self, signatures: Iterable[tuple[str, ...]], sources: Iterable[str],
