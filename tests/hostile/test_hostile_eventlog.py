@@ -87,23 +87,29 @@ def test_a_second_daemon_on_the_same_state_directory_is_refused(rig: Rig) -> Non
 def test_event_log_copytruncated_then_sigkill_gives_no_duplicate_and_no_torn_line(
         rig: Rig) -> None:
     """Case 9. logrotate copytruncate of the event log (``events.jsonl`` copied to
-    ``events.jsonl.1`` and truncated), then SIGKILL before the next checkpoint. Before: the
-    replay wrote again what the copy held (duplicates) and a record cut by the truncation left
-    a torn JSON line. Now records are written whole, and at start-up the roll-back cuts both
-    files back to the commit. Across both files: every detection once, every line JSON."""
-    d = rig.start(config="checkpoint_interval = 600\n")
+    ``events.jsonl.1`` and truncated) between two checkpoints, then SIGKILL. Before: the
+    replay wrote again what the copy held past the commit (duplicates), and a record cut by the
+    truncation could leave a torn JSON line. Now records are written whole, and at start-up
+    the roll-back cuts the truncated file (all of it is newer than the commit) and the copy
+    (found by the hash of the committed bytes) back to the commit. Across both files: every
+    detection once, every line JSON."""
+    d = rig.start(config="checkpoint_interval = 3\n")
     d.wait_started()
     written = write_lines(rig.logs / "app.log", range(1, 101))
+    rig.wait_seqs(written, daemon=d)
+    commits = d.metric("sigwatch_checkpoint_writes_total") or 0
+    wait_for(lambda: (d.metric("sigwatch_checkpoint_writes_total") or 0) > commits,
+             what="a commit holding 1..100")
+    written += write_lines(rig.logs / "app.log", range(101, 121))
     rig.wait_seqs(written, daemon=d)
     copy = rig.root / "events.jsonl.1"
     shutil.copyfile(rig.events, copy)
     os.truncate(rig.events, 0)
-    written += write_lines(rig.logs / "app.log", range(101, 151))
-    rig.wait_seqs(range(101, 151), daemon=d)
     d.kill()
-    d = rig.start(config="checkpoint_interval = 600\n")
+    d = rig.start()
     d.wait_started()
-    wait_for(lambda: (d.metric("sigwatch_lines_total") or 0) >= 300, what="app.log read")
+    written += write_lines(rig.logs / "app.log", range(121, 151))
+    rig.wait_seqs(range(121, 151), daemon=d)
     assert 0 == d.stop()
     got = rig.seqs(rig.events, copy)
     assert sorted(written) == sorted(set(got))

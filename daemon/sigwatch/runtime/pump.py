@@ -56,6 +56,14 @@ class Runtime:
         self._next_commit = 0.0
         self._dirty = False
         self._checkpoint_failing = False
+        # The event log could not be written (disk full): sources are not read until it can,
+        # retried with a growing pause; the watchdog is still fed by the caller's loop.
+        self._eventlog_retry_at = 0.0
+        self._eventlog_backoff = 0.0
+        # A pattern reload runs on a worker thread; the pump swaps the result in.
+        self._reload_thread: threading.Thread | None = None
+        self._reload_result: list[Engine | BaseException] = []
+        self._reload_again = False
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -114,7 +122,12 @@ class Runtime:
         """One pass over every source, then deadlines and the commit. True if anything read."""
         if self.reload_requested.is_set():
             self.reload_requested.clear()
-            self.reload()
+            if self.eventlog is not None:
+                self.eventlog.reopen("sighup")  # logrotate's postrotate
+            self._start_reload()
+        self._finish_reload()
+        if not self._eventlog_writable():
+            return False
         now = self.clock.monotonic()
         progressed = False
         pipeline = self.pipeline
@@ -130,9 +143,40 @@ class Runtime:
         if progressed or pipeline.delivered != delivered:
             self._dirty = True
             pipeline.flush()
-        if self._dirty and self.clock.monotonic() >= self._next_commit:
+        if self.eventlog is not None and self.eventlog.pending_bytes:
+            self._eventlog_blocked()
+            return progressed
+        reopened = self.eventlog is not None and self.eventlog.reopened
+        if self._dirty and (reopened or self.clock.monotonic() >= self._next_commit):
             self.commit()
         return progressed
+
+    def _eventlog_writable(self) -> bool:
+        """False while records wait for the event log (retried here, with a growing pause)."""
+        log_ = self.eventlog
+        if log_ is None or not log_.pending_bytes:
+            return True
+        if self.clock.monotonic() < self._eventlog_retry_at:
+            return False
+        log_.flush()
+        if log_.pending_bytes:
+            self._eventlog_blocked()
+            return False
+        self._eventlog_backoff = 0.0
+        self._eventlog_retry_at = 0.0
+        if self.metrics:
+            self.metrics.eventlog_blocked.set(0)
+        log.info("reading_resumed", reason="event log writable again")
+        return True
+
+    def _eventlog_blocked(self) -> None:
+        if not self._eventlog_backoff:
+            log.error("reading_paused", reason="the event log cannot be written",
+                      waiting_bytes=self.eventlog.pending_bytes if self.eventlog else 0)
+        self._eventlog_backoff = min(max(self._eventlog_backoff * 2, 0.25), 5.0)
+        self._eventlog_retry_at = self.clock.monotonic() + self._eventlog_backoff
+        if self.metrics:
+            self.metrics.eventlog_blocked.set(1)
 
     def more_waiting(self) -> bool:
         return any(s.more_waiting() for s in self.sources)
@@ -146,6 +190,10 @@ class Runtime:
             times.append(deadline)
         if self._dirty:
             times.append(self._next_commit)
+        if self.eventlog is not None and self.eventlog.pending_bytes:
+            times = [self._eventlog_retry_at]
+        if self._reload_thread is not None:
+            times.append(now + 0.1)
         return max(0.0, min(times) - now) if times else 1.0
 
     # -- commit, reload, stop -----------------------------------------------------------------
@@ -157,6 +205,8 @@ class Runtime:
             self._dirty = False
             return
         self.pipeline.flush()
+        if self.eventlog is not None and self.eventlog.pending_bytes:
+            return  # never commit positions past what the event log holds
         try:
             event_commit = self.eventlog.commit_point() if self.eventlog else None
             need = self.pipeline.need
@@ -180,15 +230,54 @@ class Runtime:
         if self.metrics:
             self.metrics.checkpoint_writes.inc()
 
+    def _start_reload(self) -> None:
+        """Load the pattern set on a worker thread: a large set takes long to compile, and
+        the pump (and the watchdog it feeds) must not wait for it."""
+        if self.engine_loader is None:
+            return
+        if self._reload_thread is not None:
+            self._reload_again = True  # asked again while loading: load once more after
+            return
+        loader = self.engine_loader
+        result = self._reload_result = []
+
+        def work() -> None:
+            try:
+                result.append(loader())
+            except BaseException as exc:  # noqa: BLE001 - reported on the pump thread
+                result.append(exc)
+
+        self._reload_thread = threading.Thread(target=work, name="sigwatch-reload",
+                                               daemon=True)
+        self._reload_thread.start()
+
+    def _finish_reload(self) -> None:
+        thread = self._reload_thread
+        if thread is None or thread.is_alive():
+            return
+        thread.join()
+        self._reload_thread = None
+        outcome = self._reload_result[0] if self._reload_result else RuntimeError("no result")
+        self._apply_reload(outcome)
+        if self._reload_again:
+            self._reload_again = False
+            self._start_reload()
+
     def reload(self) -> bool:
         """Swap in a freshly loaded pattern set, or keep the old one if it has errors."""
         if self.engine_loader is None:
             return False
+        try:
+            engine: Engine | BaseException = self.engine_loader()
+        except Exception as exc:  # noqa: BLE001 - any failure keeps the old set
+            engine = exc
+        return self._apply_reload(engine)
+
+    def _apply_reload(self, engine: Engine | BaseException) -> bool:
         if self.metrics:
             self.metrics.reload_timestamp.set(self.clock.time())
-        try:
-            engine = self.engine_loader()
-        except Exception as exc:  # noqa: BLE001 - any failure keeps the old set
+        if isinstance(engine, BaseException):
+            exc = engine
             log.error("pattern_reload_failed", error=str(exc))
             if self.metrics:
                 self.metrics.reload_success.set(0)

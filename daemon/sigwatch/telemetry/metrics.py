@@ -11,7 +11,10 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 
-__all__ = ["SelfMetrics"]
+__all__ = ["EVENTLOG_REOPEN_REASONS", "FILE_REFUSAL_REASONS", "SelfMetrics"]
+
+EVENTLOG_REOPEN_REASONS = ("sighup", "deleted", "replaced", "truncated")
+FILE_REFUSAL_REASONS = ("not_regular", "outside_tree")
 
 
 class SelfMetrics:
@@ -112,6 +115,25 @@ class SelfMetrics:
         self.build_info = Info(
             "sigwatch_build", "sigwatch version.", registry=r)
         self.build_info.info({"version": version})
+        # --- Hostile machine (issue 10): the event log under a full disk or logrotate, files
+        # over max_files, prefilter forms that could not be bounded. All at zero from start-up.
+        self.eventlog_write_errors = Counter(
+            "sigwatch_eventlog_write_errors",
+            "Failed writes to the event log (disk full, I/O error); the records are kept and "
+            "retried, and sources are not read meanwhile.", registry=r)
+        self.eventlog_blocked = Gauge(
+            "sigwatch_eventlog_blocked",
+            "1 while reading is paused because the event log cannot be written.", registry=r)
+        self.eventlog_reopens = Counter(
+            "sigwatch_eventlog_reopens",
+            "Event log reopened: on SIGHUP, or because it was deleted, replaced or truncated "
+            "under the daemon.", ["reason"], registry=r)
+        for reason in EVENTLOG_REOPEN_REASONS:
+            self.eventlog_reopens.labels(reason)
+        self.files_not_followed = Gauge(
+            "sigwatch_files_not_followed",
+            "Files matching the globs that are not followed because max_files was reached.",
+            ["source"], registry=r)
 
     def declare_signatures(
         self, signatures: Iterable[tuple[str, str]], sources: Iterable[str],
@@ -138,3 +160,6 @@ class SelfMetrics:
                            self.rotations, self.truncations, self.nul_bytes_skipped):
                 metric.labels(source)
             self.files_watched.labels(source)
+            self.files_not_followed.labels(source)
+            for reason in FILE_REFUSAL_REASONS:
+                self.file_errors.labels(source, reason)
