@@ -240,9 +240,11 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     options = TailOptions(
         poll_interval=config.poll_interval, rescan_interval=config.rescan_interval,
         checkpoint_interval=config.checkpoint_interval, read_budget=config.read_budget_bytes,
-        max_line_bytes=config.max_line_bytes, max_files=config.max_files)
+        max_line_bytes=config.max_line_bytes, max_files=config.max_files,
+        confine_to_tree=os.geteuid() == 0 and not config.follow_symlinks_outside)
     files = FileSource(sources=specs, clock=clock, options=options, metrics=metrics,
-                       hints=hints)
+                       hints=hints, exclude_paths=(str(config.events),) if config.events else (),
+                       heartbeat=lambda: sd_notify("WATCHDOG=1"))
     runtime = build_runtime(sources=[files], pipeline=pipeline, clock=clock,
                             state_dir=config.state_dir, eventlog=eventlog, metrics=metrics,
                             checkpoint_interval=config.checkpoint_interval,

@@ -86,16 +86,30 @@ class Runtime:
                 self.metrics.events_rolled_back.inc(removed)
         if self.start_mode == "corrupt":
             emitted = self._emitted_from_event_log()
+            since = self._lost_checkpoint_time()
             for source in self.sources:
                 recover = getattr(source, "recover", None)
                 if recover is not None:
-                    recover(emitted)
+                    recover(emitted, since)
         if cp is not None:
             self.pipeline.restore(dict(cp.detectors))
         for source in self.sources:
             saved = cp.sources.get(source.name) if cp is not None else None
             source.start(saved, first_start=first_start)
         self.commit(force=True)
+
+    def _lost_checkpoint_time(self) -> float:
+        """About when the unusable checkpoint was written (its files' oldest mtime, a minute
+        early): files rotated away after that may hold lines never read."""
+        if self.store is None:
+            return 0.0
+        times = []
+        for path in (self.store.path, self.store.tmp, self.store.prev):
+            try:
+                times.append(path.stat().st_mtime)
+            except OSError:
+                continue
+        return min(times) - 60.0 if times else 0.0
 
     def _emitted_from_event_log(self) -> dict[str, int]:
         """Highest detection offset per stream in the event log (rebuilds a lost checkpoint)."""
