@@ -71,14 +71,23 @@ def test_a_tree_1200_levels_deep_under_a_globstar_is_walked_without_recursion(ri
     bottom. Before: ``RecursionError`` in the glob, a crash loop. Now the walk is iterative;
     the deepest file and the top one are both read. Nothing may be lost."""
     deep = os.fsencode(rig.logs)
-    for _ in range(1200):
+    for _ in range(1200):  # os.makedirs itself recurses once per level
         deep = os.path.join(deep, b"d")
-    os.makedirs(deep)
-    written = write_lines(os.path.join(deep, b"bottom.log"), [1])
-    written += write_lines(rig.logs / "top.log", range(2, 12))
-    d = rig.start(watch=str(rig.logs / "**" / "*.log"))
-    got = rig.wait_seqs(written, daemon=d, timeout=30)
-    assert {} == dup(got)
+        os.mkdir(deep)
+    try:
+        written = write_lines(os.path.join(deep, b"bottom.log"), [1])
+        written += write_lines(rig.logs / "top.log", range(2, 12))
+        d = rig.start(watch=str(rig.logs / "**" / "*.log"))
+        got = rig.wait_seqs(written, daemon=d, timeout=30)
+        assert {} == dup(got)
+        assert d.alive()
+    finally:  # shutil.rmtree (pytest's clean-up) recurses once per level too
+        for run in rig.running:
+            run.stop()
+        os.unlink(os.path.join(deep, b"bottom.log"))
+        while deep != os.fsencode(rig.logs):
+            os.rmdir(deep)
+            deep = os.path.dirname(deep)
 
 
 def test_two_symlink_loops_under_a_globstar_cost_no_cpu(rig: Rig) -> None:

@@ -195,7 +195,7 @@ class Harness:
             os.dup2(null, fd)
             os.close(null)
             os.close(fd)
-            self.eventlog._pending.clear()  # noqa: SLF001
+            self.eventlog._pending.clear()  # noqa: SLF001 - records only in memory die too
         self._bank()
 
     def restart(self, *, crash: bool = False) -> Runtime:

@@ -186,8 +186,10 @@ class ChangeHints:
             for folder, recursive in roots:
                 observer.schedule(_Handler(), folder, recursive=recursive)
             observer.start()
-        except OSError as exc:  # ENOSPC: inotify watch limit; EMFILE: instance limit
-            log.warning("inotify_unavailable_polling", error=str(exc))
+        except (OSError, RecursionError) as exc:
+            # ENOSPC: inotify watch limit; EMFILE: instance limit; RecursionError: watchdog
+            # adds recursive watches by recursion, which a very deep tree overflows.
+            log.warning("inotify_unavailable_polling", error=str(exc)[:200])
             with contextlib.suppress(Exception):  # best effort on an observer that never ran
                 observer.stop()
             return self.mode
