@@ -9,6 +9,6 @@ if sys.argv[1:2] == ["run"]:  # first thing: SIGHUP during start-up must not kil
 
     EarlySignals.install()
 
-from sigwatch.cli import main  # noqa: E402
+from sigwatch.cli import main
 
 sys.exit(main())

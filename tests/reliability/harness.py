@@ -51,7 +51,8 @@ regex = '(a|aa)+$'
 keywords = ["aaaa"]
 """
 
-LOSS_COUNTERS = ("sigwatch_data_loss_events_total",)
+# What the daemon says it lost, or may have lost (a truncation with no copy to tell).
+LOSS_COUNTERS = ("sigwatch_data_loss_events_total", "sigwatch_data_loss_possible_total")
 
 
 def write_patterns(root: Path, *, hostile: bool = False) -> Path:

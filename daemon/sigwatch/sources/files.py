@@ -83,19 +83,24 @@ class _Observer:
             self.m.rotations.labels(source).inc()
 
     def truncated(self, source: str, path: str, read_to: int, unread: int,
-                  size_before: int = 0, lost: int | None = None) -> None:
-        """``lost``: bytes known to be lost (None: the old code's caller, same as the bytes
-        seen past our offset)."""
-        if lost is None:
-            lost = max(0, size_before - read_to)
+                  size_before: int = 0, copy_found: bool = False) -> None:
+        """Count a loss only for bytes known lost: seen past our offset and not in a copy,
+        or a partial line held back. Without a copy, lines appended after our last look and
+        before the truncation may be lost too, unknowably: counted apart, as possible."""
+        lost = unread + (0 if copy_found else max(0, size_before - read_to))
         log.warning("file_truncated", source=source, path=path, read_to=read_to,
                     size_before=size_before, partial_line_bytes_dropped=unread,
-                    bytes_lost=lost)
+                    bytes_lost=lost, copy_found=copy_found)
         if self.m:
             self.m.truncations.labels(source).inc()
         if lost > 0:
-            # Bytes we saw (or a copy shows) past our offset and cannot read any more.
             self.data_loss(source, "truncated", path=path, read_to=read_to, bytes_lost=lost)
+        elif read_to and not copy_found:
+            log.warning("data_loss_possible", source=source, reason="truncated", path=path,
+                        note="no copy next to the file: lines written after our last look "
+                             "and before the truncation, if any, cannot be read")
+            if self.m:
+                self.m.data_loss_possible.labels(source, "truncated").inc()
 
     def file_error(self, source: str, path: str, reason: str, error: str) -> None:
         log.warning("file_unreadable", source=source, path=path, reason=reason, error=error)
@@ -299,7 +304,7 @@ class FileSource:
                 except OSError:
                     found = None
                 else:
-                    if st.st_dev != dev:
+                    if (st.st_dev, st.st_ino) != (dev, ino):
                         found = None
             if found is None:
                 del self._records[(dev, ino)]
@@ -380,6 +385,8 @@ class FileSource:
         tailer.current = None
         tailer.draining.append(Draining(stream, 0.0))
         self.tailers[f"{path}\0orphan{id(stream)}"] = tailer
+        if self._by_identity is not None:
+            self._by_identity[stream.identity] = (tailer, stream)
         log.info("draining_rotated_file", source=source, path=path, offset=stream.offset)
         return stream
 
@@ -533,13 +540,11 @@ class FileSource:
             for stream in tailer.expire_drained(now, idle):
                 yield from self._close_stream(stream)
 
-    def _read_copy_gap(self, stream: FileStream) -> Generator[StreamEvent, None, int]:
+    def _read_copy_gap(self, stream: FileStream) -> Generator[StreamEvent, None, bool]:
         """copytruncate: read what the copy holds past our offset (the lines written after
-        our last read and before the truncation). Returns the bytes known lost: 0 when the
-        copy was found (nothing lost), else the bytes we saw past our offset."""
-        seen_unread = max(0, stream.size_before - stream.offset)
+        our last read and before the truncation). Returns whether the copy was found."""
         if not stream.marker or stream.offset < len(stream.marker):
-            return seen_unread
+            return False
         folder, name = os.path.split(stream.path)
         entries = self._listing(folder) or []
         for entry in sorted(entries, key=lambda e: e.name):
@@ -571,10 +576,10 @@ class FileSource:
                         yield from self._lines(stream, segments, nbytes)
                 finally:
                     stream.fd = own_fd
-                return 0
+                return True
             finally:
                 os.close(fd)
-        return seen_unread
+        return False
 
     def more_waiting(self) -> bool:
         """True when a stream filled its read budget on the last pass."""
@@ -585,11 +590,11 @@ class FileSource:
         try:
             if stream.rewritten():
                 read_to = stream.offset
-                lost = yield from self._read_copy_gap(stream)
+                copy_found = yield from self._read_copy_gap(stream)
                 read_to = stream.offset
                 unread = stream.restart_at_zero()
                 self.observer.truncated(stream.source, stream.path, read_to, unread,
-                                        stream.size_before, lost)
+                                        stream.size_before, copy_found)
             segments, nbytes = stream.read(self.options.read_budget)
             if stream.replaced_before_read:
                 stream.replaced_before_read = False

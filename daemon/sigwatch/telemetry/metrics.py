@@ -130,6 +130,12 @@ class SelfMetrics:
             "under the daemon.", ["reason"], registry=r)
         for reason in EVENTLOG_REOPEN_REASONS:
             self.eventlog_reopens.labels(reason)
+        self.data_loss_possible = Counter(
+            "sigwatch_data_loss_possible",
+            "Places where data may have been lost but cannot be known (a file truncated with "
+            "no copy next to it: lines written after the last look, if any). Kept apart from "
+            "data_loss_events, which counts only bytes known lost.", ["source", "reason"],
+            registry=r)
         self.files_not_followed = Gauge(
             "sigwatch_files_not_followed",
             "Files matching the globs that are not followed because max_files was reached.",
@@ -161,5 +167,6 @@ class SelfMetrics:
                 metric.labels(source)
             self.files_watched.labels(source)
             self.files_not_followed.labels(source)
+            self.data_loss_possible.labels(source, "truncated")
             for reason in FILE_REFUSAL_REASONS:
                 self.file_errors.labels(source, reason)
