@@ -37,9 +37,9 @@ MUTATIONS = [
              "        self.offset = 0\n        self.emitted = -1\n",
              "        self.offset = self.size()\n        self.emitted = -1\n"),
     Mutation("commit before the event log is flushed", "sigwatch/sinks/eventlog.py",
-             '        """Flush and fsync, then describe the file for the checkpoint."""\n'
+             '        """Write, fsync, then describe the file; raises OSError while records wait."""\n'
              "        self.flush()\n",
-             '        """Flush and fsync, then describe the file for the checkpoint."""\n'),
+             '        """Write, fsync, then describe the file; raises OSError while records wait."""\n'),
     Mutation("forget the offset marker (rewrite in place unseen)", "sigwatch/sources/file.py",
              "return size < self.size_before or not self.marker_intact()",
              "return size < self.size_before"),

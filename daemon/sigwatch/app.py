@@ -42,6 +42,7 @@ from sigwatch.model import Severity
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 from sigwatch.pipeline import Engine, Pipeline
+from sigwatch.process import EarlySignals, InstanceLock, InstanceLockedError
 from sigwatch.runtime.checkpoint import CheckpointStore
 from sigwatch.runtime.pump import Runtime
 from sigwatch.runtime.waking import FdWaker
@@ -301,7 +302,10 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
 
     sinks: list[Sink] = [MetricsSink(metrics)]
     queued: list[QueuedSink] = []
-    eventlog = EventLogSink(config.events) if config.events else None
+    eventlog = EventLogSink(
+        config.events, on_write_error=metrics.eventlog_write_errors.inc,
+        on_reopen=lambda reason: metrics.eventlog_reopens.labels(reason).inc(),
+    ) if config.events else None
     if eventlog is not None:
         sinks.append(eventlog)  # the commit log: written on the pump thread
     outputs: list[Sink] = [ConsoleSink(sys.stdout)] if config.console else []
@@ -336,9 +340,12 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     options = TailOptions(
         poll_interval=config.poll_interval, rescan_interval=config.rescan_interval,
         checkpoint_interval=config.checkpoint_interval, read_budget=config.read_budget_bytes,
-        max_line_bytes=config.max_line_bytes, max_files=config.max_files)
+        max_line_bytes=config.max_line_bytes, max_files=config.max_files,
+        confine_to_tree=os.geteuid() == 0 and not config.follow_symlinks_outside)
     inputs = build_sources(config.sources, clock=clock, options=options, metrics=metrics,
-                           hints=hints)
+                           hints=hints,
+                           exclude_paths=(str(config.events),) if config.events else (),
+                           heartbeat=lambda: sd_notify("WATCHDOG=1"))
     pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
                               detectors=detectors, content=inputs.content)
     runtime = build_runtime(sources=inputs.sources, pipeline=pipeline, clock=clock,
@@ -411,7 +418,20 @@ def raise_fd_limit() -> None:
 
 
 def run_daemon(config: Config) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit status."""
+    """Run until SIGTERM/SIGINT; returns the exit status.
+
+    Raises ``InstanceLockedError`` (exit status 2, one line) when another daemon holds the
+    state directory: checked before anything is opened or logged.
+    """
+    early = EarlySignals.install()
+    lock = InstanceLock(config.state_dir)
+    lock_error = ""
+    try:
+        lock.acquire()
+    except InstanceLockedError as exc:
+        raise SigwatchError(str(exc)) from None
+    except OSError as exc:  # an unusable state dir is reported below; tailing goes on
+        lock_error = str(exc)
     fmt = None if config.log_format == "auto" else config.log_format == "json"
     configure_logging(json=fmt, level=config.log_level)
     raise_fd_limit()
@@ -419,6 +439,9 @@ def run_daemon(config: Config) -> int:
         config.state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         log.error("state_dir_unusable", state_dir=str(config.state_dir), error=str(exc))
+    if lock_error:
+        log.error("instance_lock_unavailable", state_dir=str(config.state_dir),
+                  error=lock_error)
     daemon = build_daemon(config)
 
     def on_stop(signum: int, _frame: FrameType | None) -> None:
@@ -431,8 +454,16 @@ def run_daemon(config: Config) -> int:
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGHUP, on_hup)
+    if early.reload:
+        daemon.request_reload()
+    if early.stop is not None:
+        log.info("signal", signal=signal.Signals(early.stop).name)
+        daemon.request_stop()
     log.info("sigwatch_starting", version=__version__,
              sources={s.name: s.paths for s in config.sources},
              state_dir=str(config.state_dir), events=str(config.events or ""))
-    daemon.run()
+    try:
+        daemon.run()
+    finally:
+        lock.release()
     return 0

@@ -153,6 +153,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
+    if argv is None and sys.argv[1:2] == ["run"]:
+        # Before anything slow: a SIGHUP during start-up must not kill the daemon.
+        from sigwatch.process import EarlySignals
+
+        EarlySignals.install()
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)

@@ -201,6 +201,9 @@ class Config(_Strict):
     read_budget_bytes: int = Field(default=4 << 20, ge=4096)
     max_files: int = Field(default=20_000, ge=1)
     inotify: bool = True
+    # A daemon running as root does not follow a symlink out of the watched trees (into files
+    # only root may read) unless this is set.
+    follow_symlinks_outside: bool = False
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     web: WebSettings = Field(default_factory=WebSettings)

@@ -49,7 +49,9 @@ def container_framer(fmt: str, max_line_bytes: int) -> MakeFramer:
 
 
 def build_sources(configs: Sequence[SourceConfig], *, clock: Clock, options: TailOptions,
-                  metrics: SelfMetrics | None, hints: Hints | None) -> Inputs:
+                  metrics: SelfMetrics | None, hints: Hints | None,
+                  exclude_paths: tuple[str, ...] = (),
+                  heartbeat: Callable[[], None] | None = None) -> Inputs:
     """One ``FileSource`` for every ``files`` entry together, one source per other entry."""
     out = Inputs()
 
@@ -70,7 +72,8 @@ def build_sources(configs: Sequence[SourceConfig], *, clock: Clock, options: Tai
         specs = [SourceSpec(c.name, tuple(c.paths), tuple(c.exclude), c.start_at)
                  for c in files]
         out.files = FileSource(sources=specs, clock=clock, options=options, metrics=metrics,
-                               hints=hints, framers=framers)
+                               hints=hints, framers=framers, exclude_paths=exclude_paths,
+                               heartbeat=heartbeat)
         out.sources.append(out.files)
         out.globs = [p for c in files for p in c.paths]
     for c in configs:

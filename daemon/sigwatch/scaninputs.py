@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, cast
 
+from sigwatch.sources.discovery import walk_tree
+
 __all__ = ["COMPRESSION_ERRORS", "Decompressed", "ScanInput", "open_input", "scan_inputs"]
 
 _MAGIC = (
@@ -128,7 +130,7 @@ def scan_inputs(names: list[str]) -> Iterator[ScanInput]:
 
 def _walk(top: str) -> Iterator[ScanInput]:
     errors: list[OSError] = []
-    for folder, dirs, files in os.walk(top, onerror=errors.append, followlinks=False):
+    for folder, dirs, files in walk_tree(top, onerror=errors.append):
         while errors:
             failed = errors.pop()
             yield ScanInput(str(failed.filename or folder),

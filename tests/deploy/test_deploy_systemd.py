@@ -128,7 +128,6 @@ def test_logrotate_renames_the_event_log_and_signals_the_daemon(tmp_path: Path) 
     assert marker.exists()
 
 
-@pytest.mark.skip(reason="needs runtime wiring: SIGHUP reopens the event log (lead)")
 def test_after_sighup_the_daemon_writes_events_to_a_new_file_at_the_path(
         tmp_path: Path, daemon) -> None:
     logs = tmp_path / "logs"

@@ -51,7 +51,8 @@ regex = '(a|aa)+$'
 keywords = ["aaaa"]
 """
 
-LOSS_COUNTERS = ("sigwatch_data_loss_events_total",)
+# What the daemon says it lost, or may have lost (a truncation with no copy to tell).
+LOSS_COUNTERS = ("sigwatch_data_loss_events_total", "sigwatch_data_loss_possible_total")
 
 
 def write_patterns(root: Path, *, hostile: bool = False) -> Path:
@@ -190,11 +191,12 @@ class Harness:
         if self.eventlog is not None:
             # Whatever is still in the process's buffer dies with it: point the file's fd
             # at /dev/null so a later flush or close cannot reach the event log.
-            fh = self.eventlog._fh  # noqa: SLF001 - simulate the process dying
+            fd = self.eventlog._fd  # noqa: SLF001 - simulate the process dying
             null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, fh.fileno())
+            os.dup2(null, fd)
             os.close(null)
-            fh.close()
+            os.close(fd)
+            self.eventlog._pending.clear()  # noqa: SLF001 - records only in memory die too
         self._bank()
 
     def restart(self, *, crash: bool = False) -> Runtime:

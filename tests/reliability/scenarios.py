@@ -182,7 +182,8 @@ def rotated_away_twice_while_down(root: Path) -> Result:
 
 
 def copytruncate(root: Path) -> Result:
-    """#6: copy then truncate; lines written between our last read and the truncation are lost."""
+    """#6: copy then truncate; lines written between our last read and the truncation are
+    read from the copy (found next to the file by the bytes before our offset)."""
     h = Harness(root)
     w = Writer(h.logs / "app.log")
     h.start()
@@ -194,8 +195,27 @@ def copytruncate(root: Path) -> Result:
     w.lines(30)
     h.settle()
     return _result("copytruncate", h, w.written,
-                   notes="gap counted: data_loss{reason=truncated}",
+                   notes="gap read from the copy app.log.1",
                    may_lose=MayLose(frozenset(gap), frozenset({"truncated"})))
+
+
+def copytruncate_without_copy(root: Path) -> Result:
+    """#6b: truncated with no copy next to it, while bytes we had seen were still unread (a
+    small read budget): those bytes are lost and counted; nothing else is."""
+    h = Harness(root, options=TailOptions(poll_interval=1, rescan_interval=1,
+                                          read_budget=4096))
+    w = Writer(h.logs / "app.log")
+    h.start()
+    w.lines(30)
+    h.pump()
+    unread = w.lines(300)  # ~6 KiB: one pass reads 4 KiB of it, and sees the size
+    h.tick()
+    os.truncate(h.logs / "app.log", 0)
+    w.lines(30)
+    h.settle()
+    return _result("copytruncate_without_copy", h, w.written,
+                   notes="bytes seen unread counted: data_loss{reason=truncated}",
+                   may_lose=MayLose(frozenset(unread), frozenset({"truncated"})))
 
 
 def copytruncate_nul_hole(root: Path) -> Result:
@@ -532,11 +552,11 @@ def fd_exhaustion(root: Path) -> Result:
     real = file_mod._open_readonly  # noqa: SLF001
     calls = {"n": 0}
 
-    def flaky(path: str):  # noqa: ANN202
+    def flaky(path: str, *rest: object):  # noqa: ANN202
         calls["n"] += 1
         if calls["n"] % 2:
             raise OSError(24, "Too many open files", path)
-        return real(path)
+        return real(path, *rest)
 
     file_mod._open_readonly = flaky  # noqa: SLF001
     try:
@@ -564,10 +584,10 @@ def permission_flip(root: Path) -> Result:
     real = file_mod._open_readonly  # noqa: SLF001
     denied = {"on": True}
 
-    def guarded(path: str):  # noqa: ANN202
+    def guarded(path: str, *rest: object):  # noqa: ANN202
         if denied["on"]:
             raise PermissionError(13, "Permission denied", path)
-        return real(path)
+        return real(path, *rest)
 
     file_mod._open_readonly = guarded  # noqa: SLF001
     try:
@@ -658,6 +678,7 @@ SCENARIOS: list[tuple[str, Callable[[Path], Result]]] = [
     ("rotation_while_down", rotation_while_down),
     ("rotated_away_twice_while_down", rotated_away_twice_while_down),
     ("copytruncate", copytruncate),
+    ("copytruncate_without_copy", copytruncate_without_copy),
     ("copytruncate_nul_hole", copytruncate_nul_hole),
     ("truncate_rewrite_larger", truncate_rewrite_larger),
     ("offline_truncate", offline_truncate),

@@ -24,14 +24,17 @@ def test_scenario(name: str, tmp_path: Path) -> None:
 def test_lossless_scenarios_lose_nothing(tmp_path: Path) -> None:
     """Scenarios with no destroyed content deliver every line (not even a counted loss)."""
     for run in (scenarios.rename_rotation, scenarios.rotation_while_down,
-                scenarios.crash_restart, scenarios.symlink_switch, scenarios.partial_line):
+                scenarios.crash_restart, scenarios.symlink_switch, scenarios.partial_line,
+                scenarios.copytruncate):
         result = run(tmp_path / run.__name__)
         assert result.written == result.matched, result
 
 
 def test_unavoidable_losses_are_counted(tmp_path: Path) -> None:
-    """The copytruncate gap and a file deleted while down are lost, and said to be."""
-    for run in (scenarios.copytruncate, scenarios.rotated_away_twice_while_down):
+    """Bytes seen unread when a file was truncated with no copy next to it, and a file
+    deleted while down, are lost, and said to be. (With logrotate's copy next to the file
+    the copytruncate gap is read from it: ``copytruncate`` loses nothing.)"""
+    for run in (scenarios.copytruncate_without_copy, scenarios.rotated_away_twice_while_down):
         result = run(tmp_path / run.__name__)
         assert result.lost_declared > 0, result
 

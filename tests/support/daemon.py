@@ -55,12 +55,14 @@ def sample(text: str, series: str) -> float | None:
 class DaemonProcess:
     """A `sigwatch run` child process, stopped by PID."""
 
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    def __init__(self, args: list[str], log_path: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sigwatch", "run", *args],
-            stdout=subprocess.DEVNULL, stderr=self._log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            stdout=subprocess.DEVNULL, stderr=self._log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
     def stderr(self) -> str:
         return self.log_path.read_text(errors="replace")

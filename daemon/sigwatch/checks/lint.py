@@ -16,6 +16,7 @@ from pathlib import Path
 import regex
 
 from sigwatch.checks.selftest import run_examples
+from sigwatch.engine.analysis import backtrack_risk
 from sigwatch.errors import PatternError
 from sigwatch.framing.normalize import normalize
 from sigwatch.patterns.compiled import CompiledSignature, PatternSet
@@ -122,7 +123,11 @@ def _lint_signature(sig: CompiledSignature, strict: bool) -> list[Finding]:
                     add("P014", f"{field}.prefregex",
                         f"example line matches the regex but not the prefregex (the "
                         f"prefilter would skip it): {text[:80]!r}")
-        if _probe(step.pattern, _stress_inputs(lines)) is None:
+        if backtrack_risk(step.source):
+            add("P006", f"{field}.regex",
+                "could backtrack catastrophically: a repeated group holds another repeat or "
+                "an alternation (it cannot be prefiltered and runs on every line)")
+        elif _probe(step.pattern, _stress_inputs(lines)) is None:
             add("P006", f"{field}.regex",
                 f"catastrophic backtracking: a stress input ran past {PROBE_TIMEOUT}s")
         if LEADING_WILDCARD.search(step.source):

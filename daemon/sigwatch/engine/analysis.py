@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CASE_VARIANTS", "StepFilter", "analyze", "estimate"]
+__all__ = ["CASE_VARIANTS", "StepFilter", "analyze", "backtrack_risk", "estimate"]
 
 MIN_ANCHOR_CHARS = 3
 # An anchor expected more often than this (per byte of typical training log) is "weak": its
@@ -483,6 +483,48 @@ def _trim(items: list[Any]) -> list[Any]:
 _REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, sre_c.POSSESSIVE_REPEAT)
 
 
+def _nested_repeat(items: Any, inside: bool = False) -> bool:
+    """True when a repeat holds another variable-width repeat or an alternation: the shape
+    on which a backtracking engine (``re``, which has no time limit) can take exponential
+    time. A relaxed form without it is a sequence of single-character repeats and literals."""
+    for op, av in items:
+        if op in _REPEATS:
+            lo, hi, body = av
+            repeats = hi is sre_c.MAXREPEAT or int(hi) > 1
+            if inside and lo != hi:
+                return True
+            if _nested_repeat(body, inside or repeats):
+                return True
+        elif op is sre_c.BRANCH:
+            if inside:
+                return True
+            if any(_nested_repeat(branch, inside) for branch in av[1]):
+                return True
+        elif op in (sre_c.SUBPATTERN,):
+            if _nested_repeat(av[3], inside):
+                return True
+        elif op in (sre_c.ATOMIC_GROUP,) and _nested_repeat(av, inside):
+            return True
+    return False
+
+
+def backtrack_risk(pattern: str) -> bool:
+    """True when the prefilter form of ``pattern`` could backtrack catastrophically: such a
+    step is not prefiltered (it runs under the ``regex`` timeout instead), and lint refuses
+    it."""
+    try:
+        stripped = _strip_lookarounds(pattern) if _safe(pattern) else None
+        if stripped is None:
+            return False
+        parsed = sre_parse.parse(stripped)
+        caseless = bool(parsed.state.flags & sre_c.SRE_FLAG_IGNORECASE)
+        trimmed = _trim(list(parsed))
+        relaxed = _Walker().seq(trimmed, caseless, collect=False) if trimmed else b""
+        return bool(relaxed) and _nested_repeat(sre_parse.parse(relaxed.decode("latin-1")))
+    except (_UnsupportedError, re.error, OverflowError, RecursionError, ValueError):
+        return False
+
+
 @lru_cache(maxsize=4096)
 def analyze(pattern: str) -> StepFilter:
     """Derive the anchor and the relaxed bytes regex of one step's pattern."""
@@ -504,6 +546,9 @@ def analyze(pattern: str) -> StepFilter:
         relaxed = _Walker().seq(trimmed, caseless, collect=False) if trimmed else b""
         if not relaxed or _min_width(trimmed) == 0:
             raise _UnsupportedError("may match the empty string")
+        if _nested_repeat(sre_parse.parse(relaxed.decode("latin-1"))):
+            # ``re`` has no time limit: a form that could backtrack is never run by it.
+            raise _UnsupportedError("nested repeat in the relaxed form")
         compiled = re.compile(relaxed)
         if compiled.search(b""):
             raise _UnsupportedError("relaxed form matches the empty string")

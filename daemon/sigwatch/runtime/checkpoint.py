@@ -11,6 +11,7 @@ records become the blob of the file source, so nothing is re-read and nothing sk
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import zlib
@@ -62,9 +63,7 @@ def _encode(cp: Checkpoint) -> bytes:
     body = {
         "sources": cp.sources,
         "detectors": cp.detectors,
-        "event_log": (
-            {"dev": cp.event_log.dev, "ino": cp.event_log.ino, "size": cp.event_log.size}
-            if cp.event_log else None),
+        "event_log": dataclasses.asdict(cp.event_log) if cp.event_log else None,
         "saved_at": cp.saved_at,
     }
     crc = zlib.crc32(_canonical(body).encode())

@@ -72,6 +72,14 @@ class Runtime:
         self._shared = len(self.sources) > 1
         self._handles: list[dict[int, int]] = [{} for _ in self.sources]
         self._next_handle = 1
+        # The event log could not be written (disk full): sources are not read until it can,
+        # retried with a growing pause; the watchdog is still fed by the caller's loop.
+        self._eventlog_retry_at = 0.0
+        self._eventlog_backoff = 0.0
+        # A pattern reload runs on a worker thread; the pump swaps the result in.
+        self._reload_thread: threading.Thread | None = None
+        self._reload_result: list[Engine | BaseException] = []
+        self._reload_again = False
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -94,16 +102,30 @@ class Runtime:
                 self.metrics.events_rolled_back.inc(removed)
         if self.start_mode == "corrupt":
             emitted = self._emitted_from_event_log()
+            since = self._lost_checkpoint_time()
             for source in self.sources:
                 recover = getattr(source, "recover", None)
                 if recover is not None:
-                    recover(emitted)
+                    recover(emitted, since)
         if cp is not None:
             self.pipeline.restore(dict(cp.detectors))
         for source in self.sources:
             saved = cp.sources.get(source.name) if cp is not None else None
             source.start(saved, first_start=first_start)
         self.commit(force=True)
+
+    def _lost_checkpoint_time(self) -> float:
+        """About when the unusable checkpoint was written (its files' oldest mtime, a minute
+        early): files rotated away after that may hold lines never read."""
+        if self.store is None:
+            return 0.0
+        times = []
+        for path in (self.store.path, self.store.tmp, self.store.prev):
+            try:
+                times.append(path.stat().st_mtime)
+            except OSError:
+                continue
+        return min(times) - 60.0 if times else 0.0
 
     def _emitted_from_event_log(self) -> dict[str, int]:
         """Highest detection offset per stream in the event log (rebuilds a lost checkpoint)."""
@@ -130,7 +152,12 @@ class Runtime:
         """One pass over every source, then deadlines and the commit. True if anything read."""
         if self.reload_requested.is_set():
             self.reload_requested.clear()
-            self.reload()
+            if self.eventlog is not None:
+                self.eventlog.reopen("sighup")  # logrotate's postrotate
+            self._start_reload()
+        self._finish_reload()
+        if not self._eventlog_writable():
+            return False
         now = self.clock.monotonic()
         progressed = False
         pipeline = self.pipeline
@@ -146,10 +173,41 @@ class Runtime:
         if progressed or pipeline.delivered != delivered:
             self._dirty = True
             pipeline.flush()
-        if self._dirty and self.clock.monotonic() >= self._next_commit:
+        if self.eventlog is not None and self.eventlog.pending_bytes:
+            self._eventlog_blocked()
+            return progressed
+        reopened = self.eventlog is not None and self.eventlog.reopened
+        if self._dirty and (reopened or self.clock.monotonic() >= self._next_commit):
             self.commit()
         self._update_progress()
         return progressed
+
+    def _eventlog_writable(self) -> bool:
+        """False while records wait for the event log (retried here, with a growing pause)."""
+        log_ = self.eventlog
+        if log_ is None or not log_.pending_bytes:
+            return True
+        if self.clock.monotonic() < self._eventlog_retry_at:
+            return False
+        log_.flush()
+        if log_.pending_bytes:
+            self._eventlog_blocked()
+            return False
+        self._eventlog_backoff = 0.0
+        self._eventlog_retry_at = 0.0
+        if self.metrics:
+            self.metrics.eventlog_blocked.set(0)
+        log.info("reading_resumed", reason="event log writable again")
+        return True
+
+    def _eventlog_blocked(self) -> None:
+        if not self._eventlog_backoff:
+            log.error("reading_paused", reason="the event log cannot be written",
+                      waiting_bytes=self.eventlog.pending_bytes if self.eventlog else 0)
+        self._eventlog_backoff = min(max(self._eventlog_backoff * 2, 0.25), 5.0)
+        self._eventlog_retry_at = self.clock.monotonic() + self._eventlog_backoff
+        if self.metrics:
+            self.metrics.eventlog_blocked.set(1)
 
     def more_waiting(self) -> bool:
         return any(s.more_waiting() for s in self.sources)
@@ -180,6 +238,10 @@ class Runtime:
             times.append(deadline)
         if self._dirty:
             times.append(self._next_commit)
+        if self.eventlog is not None and self.eventlog.pending_bytes:
+            times = [self._eventlog_retry_at]
+        if self._reload_thread is not None:
+            times.append(now + 0.1)
         return max(0.0, min(times) - now) if times else 1.0
 
     # -- commit, reload, stop -----------------------------------------------------------------
@@ -191,6 +253,8 @@ class Runtime:
             self._dirty = False
             return
         self.pipeline.flush()
+        if self.eventlog is not None and self.eventlog.pending_bytes:
+            return  # never commit positions past what the event log holds
         try:
             event_commit = self.eventlog.commit_point() if self.eventlog else None
             sources = {s.name: s.snapshot(self._need_of(i)) for i, s in enumerate(self.sources)}
@@ -213,15 +277,48 @@ class Runtime:
         if self.metrics:
             self.metrics.checkpoint_writes.inc()
 
+    def _start_reload(self) -> None:
+        """Load the pattern set on a worker thread: a large set takes long to compile, and
+        the pump (and the watchdog it feeds) must not wait for it."""
+        if self.engine_loader is None:
+            return
+        if self._reload_thread is not None:
+            self._reload_again = True  # asked again while loading: load once more after
+            return
+        loader = self.engine_loader
+        result = self._reload_result = []
+
+        def work() -> None:
+            try:
+                result.append(loader())
+            except BaseException as exc:  # noqa: BLE001 - reported on the pump thread
+                result.append(exc)
+
+        self._reload_thread = threading.Thread(target=work, name="sigwatch-reload",
+                                               daemon=True)
+        self._reload_thread.start()
+
+    def _finish_reload(self) -> None:
+        thread = self._reload_thread
+        if thread is None or thread.is_alive():
+            return
+        thread.join()
+        self._reload_thread = None
+        outcome = self._reload_result[0] if self._reload_result else RuntimeError("no result")
+        self._apply_reload(outcome)
+        if self._reload_again:
+            self._reload_again = False
+            self._start_reload()
+
     def reload(self) -> bool:
         """Swap in a freshly loaded pattern set, or keep the old one if it has errors."""
         if self.engine_loader is None:
             return False
-        self.notify(f"RELOADING=1\nMONOTONIC_USEC={int(time.monotonic() * 1e6)}")
         try:
-            return self._reload(self.engine_loader)
-        finally:
-            self.notify(f"READY=1\nSTATUS={self.status_line()}")
+            engine: Engine | BaseException = self.engine_loader()
+        except Exception as exc:  # noqa: BLE001 - any failure keeps the old set
+            engine = exc
+        return self._apply_reload(engine)
 
     def status_line(self) -> str:
         """One line for systemd's STATUS= and the start-up log."""
@@ -231,12 +328,11 @@ class Runtime:
         return (f"{signatures} signatures, {streams} files followed, "
                 f"{self.pipeline.delivered} detections since start")
 
-    def _reload(self, loader: Callable[[], Engine]) -> bool:
+    def _apply_reload(self, engine: Engine | BaseException) -> bool:
         if self.metrics:
             self.metrics.reload_timestamp.set(self.clock.time())
-        try:
-            engine = loader()
-        except Exception as exc:  # noqa: BLE001 - any failure keeps the old set
+        if isinstance(engine, BaseException):
+            exc = engine
             log.error("pattern_reload_failed", error=str(exc))
             if self.metrics:
                 self.metrics.reload_success.set(0)

@@ -30,13 +30,19 @@ __all__ = [
     "FileTailer",
     "Framer",
     "MakeFramer",
+    "RefusedError",
     "Resume",
     "TailObserver",
     "head_fingerprint",
 ]
 
 HEAD_BYTES = 64
-MARKER_BYTES = 32
+# The bytes before the offset that must still be there for the file to be the one we read: a
+# job that reopens its log with mode ``w`` and writes the same start-up text is told apart by
+# any difference in the last KiB it wrote. The checkpoint keeps the last 32 bytes (as before)
+# and a hash of the whole window.
+MARKER_BYTES = 1024
+RECORD_MARKER_BYTES = 32
 
 
 def head_fingerprint(head: bytes) -> tuple[int, str] | None:
@@ -72,6 +78,9 @@ class FileRecord:
     closed: bool = False  # read to its end and let go (a tombstone: never "lost")
     size_seen: int = 0  # the file's size when we last looked: smaller at start = truncated
     pending: tuple[int, ...] = ()  # offsets of detections held (not delivered) at the commit
+    window_len: int = 0  # bytes ending at `emitted` whose hash is `window_hash` (0: none)
+    window_hash: str = ""
+    real_path: str = ""  # where the file really was (a symlink's target), to find it again
 
 
 class Framer(Protocol):
@@ -161,6 +170,10 @@ class FileStream:
             except OSError:
                 self.open_head = b""
         self.replaced_before_read = False
+        try:  # the file's real name: a symlink switched while we are down leaves it there
+            self.real_path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            self.real_path = ""
 
     def _load_head(self) -> None:
         try:
@@ -262,12 +275,35 @@ class FileStream:
             os.close(self.fd)
 
 
-def _open_readonly(path: str) -> tuple[int, os.stat_result]:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+class RefusedError(OSError):
+    """A file we will not read: not a regular file, or outside the watched tree."""
+
+    def __init__(self, reason: str, message: str, path: str) -> None:
+        super().__init__(errno.EPERM, message, path)
+        self.reason = reason
+
+
+def _open_readonly(path: str, allowed: tuple[str, ...] | None = None,
+                   ) -> tuple[int, os.stat_result]:
+    """Open without ever blocking: a FIFO with no writer (or a device) would hang ``open``
+    forever with a plain O_RDONLY. Anything but a regular file is refused, and so is a file
+    whose real path is outside ``allowed`` (the watched trees; None: anywhere)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a UNIX socket
+            raise RefusedError("not_regular", "not a regular file (socket)", path) from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat_mod.S_ISREG(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "not a regular file", path)
+            raise RefusedError("not_regular", "not a regular file", path)
+        if allowed is not None:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            if not any(real == root or real.startswith(root.rstrip("/") + "/")
+                       for root in allowed):
+                raise RefusedError("outside_tree",
+                                   f"links out of the watched tree (to {real})", path)
     except OSError:
         os.close(fd)
         raise
@@ -308,6 +344,7 @@ class FileTailer:
         adopt: Callable[[FileTailer, tuple[int, int]], FileStream | bool],
         orphan: bool = False,
         make_framer: MakeFramer | None = None,
+        allowed: tuple[str, ...] | None = None,
     ) -> None:
         self.source = source
         self._make_framer = make_framer
@@ -322,6 +359,7 @@ class FileTailer:
         # An orphan tailer only drains files found at start-up under a rotated name; it never
         # opens its path again.
         self.orphan = orphan
+        self._allowed = allowed  # real folders a file may be in (None: anywhere)
         # Times the file at our path changed (removed, replaced, or a new one opened), and
         # the wall time we last looked at the path and found it as we left it. A file that
         # lived at the path only between those two looks was never opened by us.
@@ -338,7 +376,7 @@ class FileTailer:
     def open(self, resume: Callable[[os.stat_result, int], Resume]) -> FileStream | None:
         """Open the path now; ``resume`` decides where to start from its stat and fd."""
         try:
-            fd, st = _open_readonly(self.path)
+            fd, st = _open_readonly(self.path, self._allowed)
         except OSError as exc:
             self._error(exc)
             return None
@@ -360,10 +398,10 @@ class FileTailer:
         return stream
 
     def _error(self, exc: OSError) -> None:
-        reason = {errno.ENOENT: "missing", errno.EACCES: "permission",
-                  errno.EPERM: "permission", errno.EMFILE: "fd_limit",
-                  errno.ENFILE: "fd_limit", errno.EISDIR: "not_regular"}.get(
-            exc.errno or 0, "io")
+        reason = exc.reason if isinstance(exc, RefusedError) else {
+            errno.ENOENT: "missing", errno.EACCES: "permission",
+            errno.EPERM: "permission", errno.EMFILE: "fd_limit",
+            errno.ENFILE: "fd_limit", errno.EISDIR: "not_regular"}.get(exc.errno or 0, "io")
         if reason not in ("missing", self._failing):
             self._observer.file_error(self.source, self.path, reason, str(exc))
         self._failing = reason
@@ -401,16 +439,8 @@ class FileTailer:
             self._observer.rotated(self.source, self.path)
             self._retire(cur, now)
             self.open(new_resume)
-            return
-        try:
-            rewritten = cur.rewritten()
-        except OSError as exc:
-            self._error(exc)
-            return
-        if rewritten:
-            read_to = cur.offset
-            unread = cur.restart_at_zero()
-            self._observer.truncated(self.source, self.path, read_to, unread, cur.size_before)
+        # A truncation or rewrite in place is found when the stream is read next: the
+        # source first reads what a copytruncate copy holds past our offset.
 
     def _retire(self, stream: FileStream, now: float) -> None:
         self.changes += 1

@@ -29,8 +29,13 @@ from sigwatch.sources.base import (
     StreamLines,
     StreamOpened,
 )
-from sigwatch.sources.discovery import SourceSpec, expand_sources
+from sigwatch.sources.discovery import (
+    SourceSpec,
+    expand_sources_counted,
+    pattern_root,
+)
 from sigwatch.sources.file import (
+    RECORD_MARKER_BYTES,
     Draining,
     FileRecord,
     FileStream,
@@ -68,6 +73,9 @@ class TailOptions:
     max_line_bytes: int = 64 * 1024
     rotate_wait: float = 5.0
     max_files: int = 20_000
+    # Refuse files whose real path is outside the watched trees (a symlink out of the tree):
+    # the default for a daemon running as root (``app`` decides).
+    confine_to_tree: bool = False
 
 
 class _Observer:
@@ -82,17 +90,24 @@ class _Observer:
             self.m.rotations.labels(source).inc()
 
     def truncated(self, source: str, path: str, read_to: int, unread: int,
-                  size_before: int = 0) -> None:
+                  size_before: int = 0, copy_found: bool = False) -> None:
+        """Count a loss only for bytes known lost: seen past our offset and not in a copy,
+        or a partial line held back. Without a copy, lines appended after our last look and
+        before the truncation may be lost too, unknowably: counted apart, as possible."""
+        lost = unread + (0 if copy_found else max(0, size_before - read_to))
         log.warning("file_truncated", source=source, path=path, read_to=read_to,
-                    size_before=size_before, partial_line_bytes_dropped=unread)
+                    size_before=size_before, partial_line_bytes_dropped=unread,
+                    bytes_lost=lost, copy_found=copy_found)
         if self.m:
             self.m.truncations.labels(source).inc()
-        if read_to or size_before:
-            # Whatever was appended after our last read and before the truncation (the
-            # copytruncate gap) is gone; we cannot tell how much, so say that it may be.
-            self.data_loss(source, "truncated", path=path, read_to=read_to,
-                           note="lines written after the last read and before the "
-                                "truncation cannot be read")
+        if lost > 0:
+            self.data_loss(source, "truncated", path=path, read_to=read_to, bytes_lost=lost)
+        elif read_to and not copy_found:
+            log.warning("data_loss_possible", source=source, reason="truncated", path=path,
+                        note="no copy next to the file: lines written after our last look "
+                             "and before the truncation, if any, cannot be read")
+            if self.m:
+                self.m.data_loss_possible.labels(source, "truncated").inc()
 
     def file_error(self, source: str, path: str, reason: str, error: str) -> None:
         log.warning("file_unreadable", source=source, path=path, reason=reason, error=error)
@@ -134,6 +149,8 @@ class FileSource:
         hints: Hints | None = None,
         name: str = "files",
         framers: dict[str, MakeFramer] | None = None,
+        exclude_paths: tuple[str, ...] = (),
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         """``framers``: configured source name -> framer factory for its files (container
         log formats); others are split into lines as they are."""
@@ -169,14 +186,33 @@ class FileSource:
         self._saved_at = 0.0
         self._followed: list[FileRecord] = []
         self._last_read: dict[str, float] = {}
+        # Never followed, whatever the globs say (the event log: reading it back is a loop).
+        self._excluded = frozenset(os.path.realpath(p) for p in exclude_paths) | frozenset(
+            os.path.abspath(p) for p in exclude_paths)
+        # Called during long work (a first scan of many files) to feed the watchdog.
+        self._heartbeat = heartbeat
+        self._beat_at = 0.0
+        # During a rescan: open streams by identity (adoption in O(1), not a scan of all
+        # streams per new file) and folder listings (one per folder, not one per new file).
+        self._by_identity: dict[tuple[int, int], tuple[FileTailer, FileStream]] | None = None
+        self._listings: dict[str, list[os.DirEntry[str]]] | None = None
+        self._recover_since = 0.0
+        roots = {spec.name: tuple(sorted({os.path.realpath(pattern_root(p))
+                                          for p in spec.include})) for spec in sources}
+        self._allowed = roots if options.confine_to_tree else None
 
     # -- start-up -------------------------------------------------------------------------
 
-    def recover(self, emitted_by_stream: dict[str, int]) -> None:
+    def recover(self, emitted_by_stream: dict[str, int], since: float = 0.0) -> None:
         """The checkpoint was lost: read every file from byte 0, but do not deliver again
-        what the event log shows was delivered (highest detection offset per stream key)."""
+        what the event log shows was delivered (highest detection offset per stream key).
+
+        Files rotated away from a followed path and modified after ``since`` (about when the
+        lost checkpoint was written) are read too, from byte 0 with the same rule: lines
+        written to them since then would otherwise be skipped without a word."""
         self._recovering = True
         self._recovered_emitted = dict(emitted_by_stream)
+        self._recover_since = since
 
     def start(self, saved: JSONValue | None, *, first_start: bool) -> None:
         """Take the records of the last commit; files are opened by the first ``poll``."""
@@ -200,6 +236,10 @@ class FileSource:
         if self._saved_at:
             for record in self._followed:
                 self._read_unseen_rotations(record.source, record.path, self._saved_at)
+        elif self._recovering and self._recover_since:
+            for path, tailer in list(self.tailers.items()):
+                if not tailer.orphan:
+                    self._read_unseen_rotations(tailer.source, path, self._recover_since)
         self._first_start = False
         self._followed = []
 
@@ -229,11 +269,18 @@ class FileSource:
 
     @staticmethod
     def _verify(record: FileRecord, st: os.stat_result, fd: int) -> bool:
+        """Inode and device only found the record: the content decides (head, and the
+        window of bytes before the offset, hashed)."""
         if st.st_size < max(record.emitted, record.offset, record.size_seen):
             return False
         try:
             if record.head_len and _hash_head(fd, record.head_len) != record.head_hash:
                 return False
+            if record.window_len:
+                if record.emitted < record.window_len:
+                    return False
+                window = os.pread(fd, record.window_len, record.emitted - record.window_len)
+                return hashlib.sha256(window).hexdigest()[:32] == record.window_hash
             marker = bytes.fromhex(record.marker)
             if marker and (record.emitted < len(marker) or os.pread(
                     fd, len(marker), record.emitted - len(marker)) != marker):
@@ -267,13 +314,16 @@ class FileSource:
                     log.warning("orphan_folder_unreadable", folder=folder, error=str(exc))
                 by_folder[folder] = inodes
             found = by_folder[folder].get(ino)
+            if found is None and record.real_path:
+                # A symlink's target: still where it was, though the link now points on.
+                found = record.real_path
             if found is not None:
                 try:
                     st = os.stat(found)
                 except OSError:
                     found = None
                 else:
-                    if st.st_dev != dev:
+                    if (st.st_dev, st.st_ino) != (dev, ino):
                         found = None
             if found is None:
                 del self._records[(dev, ino)]
@@ -296,13 +346,13 @@ class FileSource:
         folder, name = os.path.split(path)
         # Open files are known. A checkpoint record is not proof: its inode may have been
         # reused by a new file; opening it verifies (fingerprint, marker) and resumes.
-        known = {s.identity for t in self.tailers.values() for s in t.streams()}
-        try:
-            with os.scandir(folder) as entries:
-                candidates = [e for e in entries if e.name.startswith(name) and e.name != name
-                              and not e.name.endswith(COMPRESSED)]
-        except OSError:
+        known = (set(self._by_identity) if self._by_identity is not None else
+                 {s.identity for t in self.tailers.values() for s in t.streams()})
+        entries = self._listing(folder)
+        if entries is None:
             return
+        candidates = [e for e in entries if e.name.startswith(name) and e.name != name
+                      and not e.name.endswith(COMPRESSED)]
         for entry in sorted(candidates, key=lambda e: e.name, reverse=True):  # oldest first
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -320,17 +370,43 @@ class FileSource:
                 log.warning("reading_unseen_rotated_file", source=source, path=entry.path,
                             rotated_from=path)
 
+    def _listing(self, folder: str) -> list[os.DirEntry[str]] | None:
+        """A folder's entries (cached for the length of a rescan)."""
+        cache = self._listings
+        if cache is not None and folder in cache:
+            return cache[folder]
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            return None
+        if cache is not None:
+            cache[folder] = entries
+        return entries
+
+    def _beat(self) -> None:
+        """Feed the watchdog during long work (at most twice a second)."""
+        if self._heartbeat is None:
+            return
+        now = time.monotonic()
+        if now - self._beat_at >= 0.5:
+            self._beat_at = now
+            self._heartbeat()
+
     def _follow_orphan(self, source: str, path: str) -> FileStream | None:
         tailer = FileTailer(source, path, observer=self.observer,
                             max_line_bytes=self.options.max_line_bytes,
                             rotate_wait=0.0, adopt=lambda _t, _ident: False, orphan=True,
-                            make_framer=self.framers.get(source))
+                            make_framer=self.framers.get(source),
+                            allowed=self._allowed_for(source))
         stream = tailer.open(self._resume_for(source, path))
         if stream is None:
             return None
         tailer.current = None
         tailer.draining.append(Draining(stream, 0.0))
         self.tailers[f"{path}\0orphan{id(stream)}"] = tailer
+        if self._by_identity is not None:
+            self._by_identity[stream.identity] = (tailer, stream)
         log.info("draining_rotated_file", source=source, path=path, offset=stream.offset)
         return stream
 
@@ -343,6 +419,25 @@ class FileSource:
         it is now. One still at its owner's path (two globs, or a symlink and its target)
         stays where it is: True means "followed elsewhere", False "not followed at all".
         """
+        index = self._by_identity
+        if index is not None:  # during a rescan: one lookup
+            hit = index.get(identity)
+            if hit is None:
+                return False
+            tailer, stream = hit
+            if stream.closed or stream not in tailer.streams():
+                return False
+            if tailer is not taker and stream is tailer.current and not tailer.orphan:
+                try:
+                    st = os.stat(tailer.path)
+                    still_there = (st.st_dev, st.st_ino) == identity
+                except OSError:
+                    still_there = False
+                if still_there:
+                    return True
+            tailer.release(stream)
+            index[identity] = (taker, stream)
+            return stream
         for tailer in self.tailers.values():
             for stream in tailer.streams():
                 if stream.identity != identity or stream.closed:
@@ -359,27 +454,49 @@ class FileSource:
                 return stream
         return False
 
+    def _allowed_for(self, source: str) -> tuple[str, ...] | None:
+        return self._allowed.get(source, ()) if self._allowed is not None else None
+
     def _rescan(self) -> None:
         looked, since = time.time(), self._last_rescan_wall
         self._last_rescan_wall = looked
-        found, capped = expand_sources(self.sources, self.options.max_files)
-        if capped:
-            log.warning("max_files_reached", limit=self.options.max_files)
+        found, over = expand_sources_counted(self.sources, self.options.max_files)
+        if over:
+            log.warning("max_files_reached", limit=self.options.max_files,
+                        not_followed=sum(over.values()))
+        if self.metrics:
+            for spec in self.sources:
+                self.metrics.files_not_followed.labels(spec.name).set(over.get(spec.name, 0))
         self._version += 1
         if not self._globs_reported or self.metrics is not None:
             self._report_globs(found)
-        for path, source in found.items():
-            if path in self.tailers:
-                continue
-            tailer = FileTailer(source, path, observer=self.observer,
-                                max_line_bytes=self.options.max_line_bytes,
-                                rotate_wait=self.options.rotate_wait, adopt=self._adopt,
-                                make_framer=self.framers.get(source))
-            self.tailers[path] = tailer
-            if tailer.open(self._resume_for(source, path)) is not None and since:
-                # New at this path since the last rescan: a file may have lived here and
-                # been rotated away before we looked.
-                self._read_unseen_rotations(source, path, since)
+        new = [(p, src) for p, src in found.items() if p not in self.tailers]
+        if new:
+            self._by_identity = {s.identity: (t, s) for t in self.tailers.values()
+                                 for s in t.streams()}
+            self._listings = {}
+        try:
+            for count, (path, source) in enumerate(new):
+                if not count % 64:
+                    self._beat()
+                if path in self._excluded or os.path.realpath(path) in self._excluded:
+                    continue
+                tailer = FileTailer(source, path, observer=self.observer,
+                                    max_line_bytes=self.options.max_line_bytes,
+                                    rotate_wait=self.options.rotate_wait, adopt=self._adopt,
+                                    allowed=self._allowed_for(source),
+                                    make_framer=self.framers.get(source))
+                self.tailers[path] = tailer
+                stream = tailer.open(self._resume_for(source, path))
+                if stream is not None and self._by_identity is not None:
+                    self._by_identity[stream.identity] = (tailer, stream)
+                if stream is not None and since:
+                    # New at this path since the last rescan: a file may have lived here and
+                    # been rotated away before we looked.
+                    self._read_unseen_rotations(source, path, since)
+        finally:
+            self._by_identity = None
+            self._listings = None
         for path in [p for p in self.tailers if p not in found]:
             tailer = self.tailers[path]
             if tailer.current is not None:
@@ -505,6 +622,47 @@ class FileSource:
             counts[tailer.source] = counts.get(tailer.source, 0) + len(tailer.streams())
         return counts
 
+    def _read_copy_gap(self, stream: FileStream) -> Generator[StreamEvent, None, bool]:
+        """copytruncate: read what the copy holds past our offset (the lines written after
+        our last read and before the truncation). Returns whether the copy was found."""
+        if not stream.marker or stream.offset < len(stream.marker):
+            return False
+        folder, name = os.path.split(stream.path)
+        entries = self._listing(folder) or []
+        for entry in sorted(entries, key=lambda e: e.name):
+            if not entry.name.startswith(name) or entry.name == name \
+                    or entry.name.endswith(COMPRESSED):
+                continue
+            try:
+                fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+                if (not stat_mod.S_ISREG(st.st_mode) or st.st_size < stream.offset
+                        or (st.st_dev, st.st_ino) == stream.identity):
+                    continue
+                at = stream.offset - len(stream.marker)
+                if os.pread(fd, len(stream.marker), at) != stream.marker:
+                    continue
+                log.info("copytruncate_gap_read", source=stream.source, path=stream.path,
+                         copy=entry.path, bytes=st.st_size - stream.offset)
+                own_fd, stream.fd = stream.fd, fd
+                try:
+                    while True:
+                        segments, nbytes = stream.read(self.options.read_budget)
+                        if not nbytes:
+                            break
+                        if self.metrics:
+                            self.metrics.bytes_read.labels(stream.source).inc(nbytes)
+                        yield from self._lines(stream, segments, nbytes)
+                finally:
+                    stream.fd = own_fd
+                return True
+            finally:
+                os.close(fd)
+        return False
+
     def more_waiting(self) -> bool:
         """True when a stream filled its read budget on the last pass."""
         return bool(self._behind)
@@ -514,9 +672,11 @@ class FileSource:
         try:
             if stream.rewritten():
                 read_to = stream.offset
+                copy_found = yield from self._read_copy_gap(stream)
+                read_to = stream.offset
                 unread = stream.restart_at_zero()
                 self.observer.truncated(stream.source, stream.path, read_to, unread,
-                                        stream.size_before)
+                                        stream.size_before, copy_found)
             segments, nbytes = stream.read(self.options.read_budget)
             if stream.replaced_before_read:
                 stream.replaced_before_read = False
@@ -589,8 +749,13 @@ class FileSource:
             if seen:
                 head_len, head_hash = len(seen), hashlib.sha256(seen).hexdigest()[:16]
         record = FileRecord(stream.source, stream.path, stream.dev, stream.ino, head_len,
-                            head_hash, resume, emitted, lineno, marker.hex(),
-                            size_seen=stream.last_size, pending=pending)
+                            head_hash, resume, emitted, lineno,
+                            marker[-RECORD_MARKER_BYTES:].hex(),
+                            size_seen=stream.last_size, pending=pending,
+                            window_len=len(marker),
+                            window_hash=hashlib.sha256(marker).hexdigest()[:32]
+                            if marker else "",
+                            real_path=stream.real_path)
         self._last_records[id(stream)] = (key, record)
         return record
 

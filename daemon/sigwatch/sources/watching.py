@@ -34,6 +34,8 @@ from typing import Generic, Protocol, TypeVar
 
 import structlog
 
+from sigwatch.sources.discovery import walk_tree
+
 __all__ = [
     "SAFETY_INTERVAL",
     "SAFETY_RESCAN",
@@ -117,8 +119,7 @@ def plan_directories(pattern: str, *, limit: int = 1_000_000) -> TreePlan:
         out.update(current)
         if part == "**":
             for top in current:
-                for folder, dirs, _files in os.walk(top, followlinks=False,
-                                                    onerror=lambda _e: None):
+                for folder, dirs, _files in walk_tree(top):
                     dirs[:] = [d for d in dirs if not d.startswith(".")]
                     out.add(folder)
                     if len(out) > limit:
@@ -454,8 +455,12 @@ class SafetyNet(Generic[T]):
             covers = self.hints.covers
             self._covered, self._uncovered = [], []
             for tailer in tailers.values():
-                (self._covered if covers(os.path.dirname(tailer.path))
-                 else self._uncovered).append(tailer)
+                # A symlink is covered only if its target's folder is watched too: writes
+                # to the target raise events there, not next to the link.
+                real = os.path.realpath(tailer.path)
+                watched = covers(os.path.dirname(tailer.path)) and (
+                    real == tailer.path or covers(os.path.dirname(real)))
+                (self._covered if watched else self._uncovered).append(tailer)
             alive = {id(t) for t in self._covered}
             self._seen = {k: v for k, v in self._seen.items() if k in alive}
         out = list(self._uncovered)

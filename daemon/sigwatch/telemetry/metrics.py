@@ -11,11 +11,15 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 
-__all__ = ["DATA_LOSS_REASONS", "FILE_ERROR_REASONS", "SelfMetrics"]
+__all__ = ["DATA_LOSS_REASONS", "EVENTLOG_REOPEN_REASONS", "FILE_ERROR_REASONS",
+           "FILE_REFUSAL_REASONS", "SelfMetrics"]
 
 DATA_LOSS_REASONS = ("truncated", "rotated_away", "changed_while_down", "kmsg_overrun")
 """Every ``reason`` of ``sigwatch_data_loss_events_total``: all exist at zero from start-up."""
 FILE_ERROR_REASONS = ("permission", "fd_limit", "not_regular", "io")
+
+EVENTLOG_REOPEN_REASONS = ("sighup", "deleted", "replaced", "truncated")
+FILE_REFUSAL_REASONS = ("not_regular", "outside_tree")
 
 
 class SelfMetrics:
@@ -222,13 +226,38 @@ class SelfMetrics:
         for how in ("ok", "status", "signal"):
             self.exec_exits.labels(how)
 
+        # --- Hostile machine (issue 10): the event log under a full disk or logrotate, files
+        # over max_files, prefilter forms that could not be bounded. All at zero from start-up.
+        self.eventlog_write_errors = Counter(
+            "sigwatch_eventlog_write_errors",
+            "Failed writes to the event log (disk full, I/O error); the records are kept and "
+            "retried, and sources are not read meanwhile.", registry=r)
+        self.eventlog_blocked = Gauge(
+            "sigwatch_eventlog_blocked",
+            "1 while reading is paused because the event log cannot be written.", registry=r)
+        self.eventlog_reopens = Counter(
+            "sigwatch_eventlog_reopens",
+            "Event log reopened: on SIGHUP, or because it was deleted, replaced or truncated "
+            "under the daemon.", ["reason"], registry=r)
+        for reason in EVENTLOG_REOPEN_REASONS:
+            self.eventlog_reopens.labels(reason)
+        self.data_loss_possible = Counter(
+            "sigwatch_data_loss_possible",
+            "Places where data may have been lost but cannot be known (a file truncated with "
+            "no copy next to it: lines written after the last look, if any). Kept apart from "
+            "data_loss_events, which counts only bytes known lost.", ["source", "reason"],
+            registry=r)
+        self.files_not_followed = Gauge(
+            "sigwatch_files_not_followed",
+            "Files matching the globs that are not followed because max_files was reached.",
+            ["source"], registry=r)
+
     def declare_input_kinds(self, files: Iterable[str], kmsg: Iterable[str]) -> None:
         """Series at zero for file sources (unmatched globs) and kernel-log loss."""
         for source in files:
             self.globs_unmatched.labels(source)
         for source in kmsg:
             self.data_loss.labels(source, "kmsg_overrun")
-
     def declare_signatures(
         self, signatures: Iterable[tuple[str, ...]], sources: Iterable[str],
     ) -> None:
@@ -259,4 +288,8 @@ class SelfMetrics:
             for reason in DATA_LOSS_REASONS:
                 self.data_loss.labels(source, reason)
             for reason in FILE_ERROR_REASONS:
+                self.file_errors.labels(source, reason)
+            self.files_not_followed.labels(source)
+            self.data_loss_possible.labels(source, "truncated")
+            for reason in FILE_REFUSAL_REASONS:
                 self.file_errors.labels(source, reason)

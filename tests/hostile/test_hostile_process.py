@@ -1,0 +1,191 @@
+"""The process on a hostile machine: hostile user patterns, a flood of new files, a huge
+reload, SIGHUP during start-up. Real ``sigwatch run`` processes; the watchdog is observed
+through a real ``NOTIFY_SOCKET``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Rig, dup, write_lines
+from harness import HOSTILE_SIGNATURE
+from support.daemon import wait_for
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+NESTED = """\
+id = "test_nested_quantifier"
+title = "Test Nested Quantifier"
+severity = "warning"
+[match]
+regex = 'jobfail (\\w+\\s?)+:'
+"""
+
+
+def _hostile_patterns(rig: Rig) -> Path:
+    folder = rig.patterns / "test"
+    (folder / "test_nested_quantifier.toml").write_text(NESTED, encoding="utf-8")
+    (folder / "test_hostile_backtrack.toml").write_text(HOSTILE_SIGNATURE, encoding="utf-8")
+    return rig.patterns
+
+
+def test_a_pattern_whose_prefilter_form_backtracks_neither_freezes_nor_passes_lint(
+        rig: Rig) -> None:
+    """Case 6. ``jobfail (\\w+\\s?)+:`` is harmless for ``regex`` but its relaxed prefilter form
+    ran in ``re`` without a bound: one line ``jobfail aaa…a!`` froze the daemon for minutes.
+    Now a relaxed form that could backtrack is never run unbounded (the step runs under the
+    ``regex`` timeout instead), a call that hits the bound is counted and the line still goes
+    through the other signatures, and ``patterns lint`` rejects the pattern. Nothing may be
+    lost: every ``ERROR seq`` line is detected within 15 s."""
+    _hostile_patterns(rig)
+    d = rig.start()
+    d.wait_started()
+    with open(rig.logs / "app.log", "ab") as fh:
+        fh.write(b"jobfail " + b"a" * 40 + b"! ERROR seq=1 payload\n")
+        fh.write(b"a" * 60 + b"! ERROR seq=2 payload\n")
+    written = [1, 2, *write_lines(rig.logs / "app.log", range(3, 21))]
+    got = rig.wait_seqs(written, daemon=d, timeout=15)
+    assert {} == dup(got)
+    assert (d.metric("sigwatch_regex_timeouts_total",
+                     signature="test_hostile_backtrack") or 0) >= 1
+    lint = subprocess.run([sys.executable, "-m", "sigwatch", "patterns", "lint", "--relaxed",
+                           "--patterns", str(rig.patterns)], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert 1 == lint.returncode, lint.stdout
+    assert "test_nested_quantifier.toml: match.regex:" in lint.stdout
+    assert "[P006]" in lint.stdout
+
+
+class Notifications:
+    """A NOTIFY_SOCKET the daemon reports to; records when each WATCHDOG=1 arrived."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.pings: list[float] = []
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(4096)
+            except (TimeoutError, OSError):
+                continue
+            now = time.monotonic()
+            for msg in data.decode().split("\n"):
+                if msg == "WATCHDOG=1":
+                    self.pings.append(now)
+                elif msg == "READY=1":
+                    self.ready.set()
+
+    def max_gap(self, since: float, until: float) -> float:
+        times = [since, *[t for t in self.pings if since <= t <= until], until]
+        return max(b - a for a, b in zip(times, times[1:]))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+@pytest.mark.slow
+def test_two_thousand_new_files_at_once_keep_the_watchdog_fed(rig: Rig) -> None:
+    """Case 13a, scaled down to 2,000 files (the issue's 10,000 is measured by
+    ``bench/hostile_watchdog.py``). Before: adoption compared each new file with every open
+    stream and listed its folder once per file (O(n²)): the watchdog went unfed for seconds
+    (111.6 s at 10,000). Now adoption is O(new files) and the scan feeds the watchdog: no gap
+    over 2 s. Nothing may be lost."""
+    notes = Notifications(rig.root / "notify.sock")
+    try:
+        d = rig.start(env={"NOTIFY_SOCKET": str(notes.path)})
+        assert notes.ready.wait(20)
+        d.wait_started()
+        since = time.monotonic()
+        for i in range(2000):
+            write_lines(rig.logs / f"job{i:05d}.log", [i + 1])
+        got = rig.wait_seqs(range(1, 2001), daemon=d, timeout=120)
+        until = time.monotonic()
+        assert {} == dup(got)
+        gap = notes.max_gap(since, until)
+        print(f"2,000 new files: longest watchdog gap {gap:.2f} s, all read in "
+              f"{until - since:.1f} s")
+        assert gap < 2.0
+    finally:
+        notes.close()
+
+
+def _many_patterns(folder: Path, count: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (folder / f"gen_sig_{i:05d}.toml").write_text(
+            f'id = "gen_sig_{i:05d}"\ntitle = "Gen Sig {i}"\nseverity = "warning"\n'
+            f"[match]\nregex = 'gen(?:erated)? failure {i:05d} in (?P<unit>\\w+) at "
+            f"[0-9a-f]{{8}}'\n", encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_very_large_reload_keeps_the_watchdog_fed(rig: Rig) -> None:
+    """Case 13b, scaled down to 1,500 generated signatures. Before: the reload ran on the pump
+    thread and the watchdog went unfed while it compiled (77 s for the issue's reload). Now the
+    set is loaded on a worker thread and swapped in by the pump when ready: no gap over 2 s,
+    and lines written during the reload are read once."""
+    notes = Notifications(rig.root / "notify.sock")
+    try:
+        d = rig.start(env={"NOTIFY_SOCKET": str(notes.path)})
+        assert notes.ready.wait(20)
+        d.wait_started()
+        _many_patterns(rig.patterns / "gen", 1500)
+        since = time.monotonic()
+        d.d.signal(signal.SIGHUP)
+        written = write_lines(rig.logs / "app.log", range(1, 51))
+        wait_for(lambda: d.metric("sigwatch_patterns_loaded") == 1501, timeout=180,
+                 what="the reload")
+        got = rig.wait_seqs(written, daemon=d)
+        until = time.monotonic()
+        assert {} == dup(got)
+        gap = notes.max_gap(since, until)
+        print(f"reload of 1,500 signatures: longest watchdog gap {gap:.2f} s, "
+              f"done in {until - since:.1f} s")
+        assert gap < 2.0
+    finally:
+        notes.close()
+
+
+def _sigcgt(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.15, 0.3])
+def test_sighup_in_the_first_instants_of_start_up_does_not_kill_the_daemon(
+        rig: Rig, delay: float) -> None:
+    """Case 14. SIGHUP ``delay`` seconds after the interpreter is up (it has installed its own
+    SIGINT handler). Before: the default action (terminate) ran until the daemon installed its
+    handler about 0.4 s later. Now the handler is the first thing ``main`` installs; a reload
+    asked before the daemon is ready is done once it is."""
+    d = rig.start()
+    wait_for(lambda: not d.alive() or _sigcgt(d.pid) & (1 << (signal.SIGINT - 1)),
+             timeout=20, what="the interpreter")
+    threading.Event().wait(delay)  # the experiment: a signal at this moment of start-up
+    d.d.signal(signal.SIGHUP)
+    d.wait_started()
+    written = write_lines(rig.logs / "app.log", range(1, 11))
+    assert sorted(written) == sorted(rig.wait_seqs(written, daemon=d))
+    assert 0 == d.stop()
+    _ = os
