@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,17 +68,22 @@ def test_systemd_hears_ready_with_a_status_and_reloading_on_sighup(tmp_path: Pat
         [sys.executable, "-m", "sigwatch", "run", "--watch", str(tmp_path / "logs" / "*.log"),
          "--state-dir", str(tmp_path / "state"), "--listen", "127.0.0.1:0", "--no-console"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+
+    def until_ready(into: list[str]) -> None:
+        while not any(m.startswith("READY=1") for m in into):
+            assert time.monotonic() < deadline, f"no READY=1 in {into[-5:]}"
+            into.append(sock.recv(4096).decode())
+
     try:
         messages: list[str] = []
-        while not any(m.startswith("READY=1") for m in messages):
-            messages.append(sock.recv(4096).decode())
+        until_ready(messages)
         ready = next(m for m in messages if m.startswith("READY=1"))
         assert "STATUS=" in ready and "signatures" in ready
 
         proc.send_signal(signal.SIGHUP)
         after: list[str] = []
-        while not any(m.startswith("READY=1") for m in after):
-            after.append(sock.recv(4096).decode())
+        until_ready(after)
         assert any(m.startswith("RELOADING=1\nMONOTONIC_USEC=") for m in after)
     finally:
         proc.terminate()

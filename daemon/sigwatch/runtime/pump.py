@@ -286,6 +286,7 @@ class Runtime:
             self._reload_again = True  # asked again while loading: load once more after
             return
         loader = self.engine_loader
+        self.notify(f"RELOADING=1\nMONOTONIC_USEC={int(time.monotonic() * 1e6)}")
         result = self._reload_result = []
 
         def work() -> None:
@@ -329,6 +330,12 @@ class Runtime:
                 f"{self.pipeline.delivered} detections since start")
 
     def _apply_reload(self, engine: Engine | BaseException) -> bool:
+        try:
+            return self._swap_in(engine)
+        finally:
+            self.notify(f"READY=1\nSTATUS={self.status_line()}")
+
+    def _swap_in(self, engine: Engine | BaseException) -> bool:
         if self.metrics:
             self.metrics.reload_timestamp.set(self.clock.time())
         if isinstance(engine, BaseException):
