@@ -66,8 +66,8 @@ MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | I
         | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
 _EVENT = struct.Struct("iIII")
 # Changes to these make the tree's folder plan stale (a folder appeared or went away).
-SAFETY_INTERVAL = 30.0  # seconds: every covered quiet file is stat()ed at least this often
-SAFETY_RESCAN = 60.0  # seconds between glob expansions when every tree is covered
+SAFETY_INTERVAL = 60.0  # seconds: every covered quiet file is stat()ed at least this often
+SAFETY_RESCAN = 300.0  # seconds between glob expansions when every tree is covered
 _STRUCTURE = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF
 
 
@@ -333,9 +333,12 @@ class InotifyHints:
     def _run(self) -> None:
         while True:
             fds = [t.fd for t in self._trees if t.fd >= 0 and not t.polling]
+            poller = select.poll()  # not select(): with 10,000 open files fds exceed 1023
+            for fd in (self._stop_r, *fds):
+                poller.register(fd, select.POLLIN)
             try:
-                ready, _, _ = select.select([self._stop_r, *fds], [], [], 5.0)
-            except (OSError, ValueError):
+                ready = [fd for fd, _ev in poller.poll(5000)]
+            except OSError:
                 ready = []
             if self._stop_r in ready:
                 return
