@@ -316,6 +316,10 @@ class InotifyHints:
         return folder in self._covered
 
     @property
+    def trees(self) -> list[_Tree]:
+        return list(self._trees)
+
+    @property
     def all_covered(self) -> bool:
         return bool(self._trees) and not any(t.polling for t in self._trees)
 
@@ -357,6 +361,12 @@ class InotifyHints:
         except OSError as exc:
             self._fall_back(tree, f"read: {exc.strerror}", announce=True)
             return True
+        return self.handle_events(tree, data)
+
+    def handle_events(self, tree: _Tree, data: bytes) -> bool:
+        """Record what a buffer of ``struct inotify_event`` says; True when worth a wake."""
+        if tree.polling:
+            return False  # already polled (an overflow is said once)
         pos = 0
         dirty: list[str] = []
         structure = False
