@@ -148,7 +148,9 @@ def _write_all(fd: int) -> Callable[[bytes], None]:
             try:
                 done = os.write(fd, view)
             except BlockingIOError:
-                select.select([], [fd], [], 1.0)
+                waiter = select.poll()
+                waiter.register(fd, select.POLLOUT)
+                waiter.poll(1000)
                 continue
             except InterruptedError:
                 continue

@@ -75,8 +75,9 @@ def _read_line(fd: int, timeout: float = 30.0) -> bytes:
         left = deadline - time.monotonic()
         if left <= 0:
             raise AssertionError(f"no line within {timeout} s (got {buf!r})")
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
+        poller = select.poll()  # not select(): descriptors above 1023 in a long test run
+        poller.register(fd, select.POLLIN)
+        if poller.poll(left * 1000):
             chunk = os.read(fd, 1)
             if not chunk:
                 raise AssertionError(f"end of output before a line (got {buf!r})")
@@ -203,7 +204,9 @@ class TestExecSignals:
     @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
     def test_sigint_and_sighup_are_forwarded(self, tmp_path: Path, signum: int) -> None:
         """The child gets the signal we got; dying of it, its 128+N is our status."""
-        code = "import sys; print('ready', flush=True); sys.stdin.read()"
+        code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+                " signal.signal(signal.SIGHUP, signal.SIG_DFL);"
+                " print('ready', flush=True); sys.stdin.read()")  # a background job ignores them
         proc = _exec(tmp_path, sys.executable, "-c", code, stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE, stdin=subprocess.PIPE)
         assert proc.stdout is not None

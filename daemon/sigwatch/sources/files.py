@@ -166,6 +166,9 @@ class FileSource:
         self.safety: SafetyNet[FileTailer] | None = None
         self._version = 0
         self._globs_reported = False
+        self._draining: list[FileTailer] = []
+        self._draining_ids: set[int] = set()
+        self._draining_version = -1
         self._progress_cache: tuple[float, dict[str, tuple[float | None, str, float | None]]] \
             | None = None
         self.observer = _Observer(metrics)
@@ -407,6 +410,7 @@ class FileSource:
         self.tailers[f"{path}\0orphan{id(stream)}"] = tailer
         if self._by_identity is not None:
             self._by_identity[stream.identity] = (tailer, stream)
+        self._version += 1
         log.info("draining_rotated_file", source=source, path=path, offset=stream.offset)
         return stream
 
@@ -546,7 +550,7 @@ class FileSource:
             tailers = list(self.tailers.values())
         else:
             tailers = [t for p in dirty if (t := self.tailers.get(p)) is not None]
-            tailers += [t for t in self.tailers.values() if t.draining]
+            tailers += self._draining_tailers()
             tailers += [t for t in self._behind if t not in tailers]
             if full and self.safety is not None:
                 chosen = {id(t) for t in tailers}
@@ -570,6 +574,23 @@ class FileSource:
                     idle.add(id(stream))
             for stream in tailer.expire_drained(now, idle):
                 yield from self._close_stream(stream)
+            if tailer.draining and id(tailer) not in self._draining_ids:
+                self._draining.append(tailer)
+                self._draining_ids.add(id(tailer))
+
+    def _draining_tailers(self) -> list[FileTailer]:
+        """Tailers with a rotated file still being drained, without a walk over all of them.
+
+        A tailer starts draining only when a pass looks at it (noted at the end of its turn)
+        or when the set of tailers changes (rescan, orphans): then the list is rebuilt.
+        """
+        if self._draining_version != self._version:
+            self._draining_version = self._version
+            self._draining = [t for t in self.tailers.values() if t.draining]
+        else:
+            self._draining = [t for t in self._draining if t.draining]
+        self._draining_ids = {id(t) for t in self._draining}
+        return list(self._draining)
 
     def watch_with(self, hints: InotifyHints) -> None:
         """inotify covers (some of) the globs' folders: quiet files there are only looked at
@@ -596,12 +617,12 @@ class FileSource:
     def progress(self) -> dict[str, tuple[float | None, str, float | None]]:
         """Per configured source: bytes not read yet (as of the last look), unit, last read.
 
-        Recomputed after a pass that looked at files, else at most every 10 seconds (with
+        Recomputed after a pass that looked at files, else at most every 30 seconds (with
         10,000 quiet files, a sum over all of them on every pass is most of the idle cost).
         """
         now = time.monotonic()
         cached = self._progress_cache
-        if cached is not None and now - cached[0] < 10.0:
+        if cached is not None and now - cached[0] < 30.0:
             return cached[1]
         result = self._progress()
         self._progress_cache = (now, result)
@@ -610,9 +631,14 @@ class FileSource:
     def _progress(self) -> dict[str, tuple[float | None, str, float | None]]:
         behind: dict[str, float] = {spec.name: 0.0 for spec in self.sources}
         for tailer in self.tailers.values():
-            for stream in tailer.streams():
-                behind[stream.source] = behind.get(stream.source, 0.0) + max(
-                    0, stream.last_size - stream.offset)
+            cur = tailer.current
+            if cur is not None and cur.last_size > cur.offset:
+                behind[cur.source] = behind.get(cur.source, 0.0) + cur.last_size - cur.offset
+            for drained in tailer.draining:
+                stream = drained.stream
+                if stream.last_size > stream.offset:
+                    behind[stream.source] = (behind.get(stream.source, 0.0)
+                                             + stream.last_size - stream.offset)
         return {name: (lag, "bytes", self._last_read.get(name)) for name, lag in behind.items()}
 
     def streams_by_source(self) -> dict[str, int]:

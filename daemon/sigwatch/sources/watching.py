@@ -68,8 +68,8 @@ MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | I
         | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
 _EVENT = struct.Struct("iIII")
 # Changes to these make the tree's folder plan stale (a folder appeared or went away).
-SAFETY_INTERVAL = 30.0  # seconds: every covered quiet file is stat()ed at least this often
-SAFETY_RESCAN = 60.0  # seconds between glob expansions when every tree is covered
+SAFETY_INTERVAL = 60.0  # seconds: every covered quiet file is stat()ed at least this often
+SAFETY_RESCAN = 300.0  # seconds between glob expansions when every tree is covered
 _STRUCTURE = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF
 
 
@@ -317,6 +317,10 @@ class InotifyHints:
         return folder in self._covered
 
     @property
+    def trees(self) -> list[_Tree]:
+        return list(self._trees)
+
+    @property
     def all_covered(self) -> bool:
         return bool(self._trees) and not any(t.polling for t in self._trees)
 
@@ -334,9 +338,12 @@ class InotifyHints:
     def _run(self) -> None:
         while True:
             fds = [t.fd for t in self._trees if t.fd >= 0 and not t.polling]
+            poller = select.poll()  # not select(): with 10,000 open files fds exceed 1023
+            for fd in (self._stop_r, *fds):
+                poller.register(fd, select.POLLIN)
             try:
-                ready, _, _ = select.select([self._stop_r, *fds], [], [], 5.0)
-            except (OSError, ValueError):
+                ready = [fd for fd, _ev in poller.poll(5000)]
+            except OSError:
                 ready = []
             if self._stop_r in ready:
                 return
@@ -355,6 +362,12 @@ class InotifyHints:
         except OSError as exc:
             self._fall_back(tree, f"read: {exc.strerror}", announce=True)
             return True
+        return self.handle_events(tree, data)
+
+    def handle_events(self, tree: _Tree, data: bytes) -> bool:
+        """Record what a buffer of ``struct inotify_event`` says; True when worth a wake."""
+        if tree.polling:
+            return False  # already polled (an overflow is said once)
         pos = 0
         dirty: list[str] = []
         structure = False
