@@ -79,6 +79,7 @@ def sd_notify(message: str) -> None:
         return
     address = "\0" + target[1:] if target.startswith("@") else target
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.setblocking(False)  # a full queue drops this ping; it never stalls the pump
         try:
             sock.connect(address)
             sock.sendall(message.encode())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 from sigwatch.engine.prefilter import Prefilter, StepRef
@@ -11,6 +12,7 @@ from sigwatch.patterns.compiled import PatternSet
 __all__ = ["DEFAULT_REGEX_TIMEOUT", "Matcher"]
 
 DEFAULT_REGEX_TIMEOUT = 0.05
+RETRY_FACTOR = 10
 
 
 def _ignore(_signature: str) -> None:
@@ -44,11 +46,21 @@ class Matcher:
         for sig_index, step_index in (self.prefilter.all_steps if steps is None else steps):
             sig = signatures[sig_index]
             step = sig.steps[step_index]
+            started = time.thread_time()
             try:
                 m = step.pattern.search(line.text, timeout=self.timeout)
             except TimeoutError:
-                self._on_timeout(sig.id)
-                continue
+                # The bound is wall time: a thread that was merely descheduled (the GIL held
+                # by the inotify thread during a storm of new files) gets one longer try, so a
+                # busy machine does not cost a real detection.
+                if time.thread_time() - started >= self.timeout / 2:
+                    self._on_timeout(sig.id)
+                    continue
+                try:
+                    m = step.pattern.search(line.text, timeout=self.timeout * RETRY_FACTOR)
+                except TimeoutError:
+                    self._on_timeout(sig.id)
+                    continue
             if m is None:
                 continue
             captures = tuple((k, v) for k, v in m.groupdict().items() if v is not None)
