@@ -3,12 +3,16 @@
 
 Each excerpt is one TOML file, ``tests/corpus/real/<family>/<slug>.toml``, with ``url``, ``kind``,
 ``class``, ``expect`` ("alarm" or "quiet"), optional ``signatures`` and the verbatim ``text``.
+``at_collection`` ("caught" or "missed", optional) records what the library did with the excerpt
+when it was added, before any signature was written or changed for it: the blind figure.
 An excerpt that expects an alarm is caught when the real engine makes a detection at warning or
 above (one of ``signatures`` when the file names any). A quiet excerpt must make none.
 
     ./dev.sh recall            # table per class and overall; exit 1 below EXPECTED.toml or on
                                # any false alarm
     ./dev.sh recall --misses   # also print what each missed or false-alarming excerpt produced
+    ./dev.sh recall --stamp tests/corpus/real/x/new.toml ...
+                               # record at_collection in NEW excerpts, before touching patterns/
 
 The floor is ``tests/corpus/real/EXPECTED.toml``; the README cites it.
 """
@@ -45,9 +49,11 @@ __all__ = [
     "detect",
     "evaluate",
     "load_corpus",
+    "load_corpus_files",
     "load_expected",
     "main",
     "render",
+    "stamp",
 ]
 
 CORPUS = REPO / "tests" / "corpus" / "real"
@@ -67,6 +73,7 @@ class Excerpt:
     expect: str
     signatures: tuple[str, ...]
     text: str
+    at_collection: str | None = None
 
     @property
     def name(self) -> str:
@@ -132,10 +139,16 @@ class Report:
 
 def load_corpus(root: Path = CORPUS) -> list[Excerpt]:
     """Every excerpt file below ``root``; raises ValueError naming a malformed file."""
+    return load_corpus_files(sorted(root.glob("*/*.toml")))
+
+
+def load_corpus_files(paths: Sequence[Path]) -> list[Excerpt]:
+    """These excerpt files; raises ValueError naming a malformed file."""
     out: list[Excerpt] = []
-    for path in sorted(root.glob("*/*.toml")):
+    for path in paths:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-        unknown = set(data) - {"url", "kind", "class", "expect", "signatures", "text"}
+        unknown = set(data) - {"url", "kind", "class", "expect", "signatures", "text",
+                               "at_collection"}
         problems = [f"unknown key {k!r}" for k in sorted(unknown)]
         if not str(data.get("url", "")).startswith(("https://", "http://")):
             problems.append("url must be a public http(s) address")
@@ -143,12 +156,15 @@ def load_corpus(root: Path = CORPUS) -> list[Excerpt]:
             problems.append(f"kind must be one of {sorted(KINDS)}")
         if data.get("expect") not in ("alarm", "quiet"):
             problems.append("expect must be 'alarm' or 'quiet'")
+        if data.get("at_collection") not in (None, "caught", "missed"):
+            problems.append("at_collection must be 'caught' or 'missed'")
         if not data.get("class") or not str(data.get("text", "")).strip():
             problems.append("class and text are required")
         if problems:
             raise ValueError(f"{path}: {'; '.join(problems)}")
         out.append(Excerpt(path, data["url"], data["kind"], data["class"], data["expect"],
-                           tuple(data.get("signatures", ())), data["text"]))
+                           tuple(data.get("signatures", ())), data["text"],
+                           data.get("at_collection")))
     return out
 
 
@@ -210,6 +226,15 @@ def render(report: Report, *, misses: bool = False) -> str:
     lines.append(f"corpus: {len(report.outcomes)} excerpts ({report.failures} failures in "
                  f"{classes} classes, {report.healthy} healthy); lowest class recall "
                  f"{report.min_class_recall():.2f}")
+    kinds: dict[str, int] = defaultdict(int)
+    for o in report.outcomes:
+        kinds[o.excerpt.kind] += 1
+    lines.append("sources: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    blind = [o for o in report.outcomes if o.excerpt.at_collection and o.excerpt.expect == "alarm"]
+    if blind:
+        before = sum(o.excerpt.at_collection == "caught" for o in blind)
+        lines.append(f"at collection (blind, before any signature was changed for them): "
+                     f"{before}/{len(blind)} failures caught = {before / len(blind):.2f}")
     if misses:
         for o in report.outcomes:
             if o.ok:
@@ -220,12 +245,37 @@ def render(report: Report, *, misses: bool = False) -> str:
     return "\n".join(lines)
 
 
+def stamp(engine: Engine, paths: Sequence[Path]) -> list[str]:
+    """Write ``at_collection`` into excerpt files that do not carry it yet; refuse re-stamping.
+
+    Run it once, when the excerpts are added and before patterns/ changes for them, so that the
+    recorded figure stays blind.
+    """
+    done = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if "at_collection" in tomllib.loads(text):
+            raise SystemExit(f"{path}: at_collection is already recorded; it is never re-stamped")
+        ex = next(e for e in load_corpus_files([path]))
+        ok = judge(ex, detect(engine, ex.text, ex.name))
+        outcome = "caught" if ok else "missed"  # for a quiet excerpt: caught = stayed quiet
+        head, sep, rest = text.partition("\ntext = ")
+        path.write_text(f"{head}\nat_collection = '{outcome}'{sep}{rest}", encoding="utf-8")
+        done.append(f"{outcome:7} {ex.name}")
+    return done
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--misses", action="store_true",
                         help="List every missed excerpt and every false alarm.")
     parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--stamp", type=Path, nargs="+", default=[],
+                        help="Record at_collection in these new excerpt files and exit.")
     args = parser.parse_args(argv)
+    if args.stamp:
+        print("\n".join(stamp(build_engine(), args.stamp)))
+        return 0
     report = evaluate(build_engine(), load_corpus(args.corpus))
     print(render(report, misses=args.misses))
     floor = load_expected()

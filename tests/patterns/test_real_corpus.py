@@ -73,6 +73,22 @@ class TestCorpusShape:
         with pytest.raises(ValueError, match="expect"):
             recall.load_corpus(tmp_path)
 
+    def test_stamp_records_the_blind_outcome_once_and_never_again(self, tmp_path: Path,
+                                                                    library) -> None:  # noqa: ANN001
+        """at_collection is written before patterns change for an excerpt; re-stamping is refused."""
+        new = tmp_path / "cuda" / "new.toml"
+        new.parent.mkdir()
+        new.write_text("url = 'https://example.org/1'\nkind = 'forum'\nclass = 'c'\n"
+                       "expect = 'alarm'\ntext = \'\'\'\nall is fine here\n\'\'\'\n",
+                       encoding="utf-8")
+        engine = recall.build_engine(library)
+
+        recall.stamp(engine, [new])
+
+        assert recall.load_corpus(tmp_path)[0].at_collection == "missed"
+        with pytest.raises(SystemExit, match="already recorded"):
+            recall.stamp(engine, [new])
+
 
 class TestRecall:
     def test_overall_recall_meets_the_recorded_floor(self, report) -> None:  # noqa: ANN001
