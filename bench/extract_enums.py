@@ -241,7 +241,8 @@ def extract_dcgm(mirror: Path) -> dict[str, object]:
     path = "dcgmlib/dcgm_errors.h"
     header = _join_c_strings(_show(mirror, "NVIDIA/DCGM", path))
     enum = header[header.index("typedef enum dcgmError_enum"):header.index("} dcgmError_t;")]
-    messages = {m[1]: m[2] for m in re.finditer(r"#define (DCGM_FR_\w+)_MSG\s+\"([^\"]*)\"", header)}
+    messages = {m[1]: m[2] for m in re.finditer(
+        r"#define (DCGM_FR_\w+)_MSG\s+(?:\\\s*)?\"([^\"]*)\"", header)}
     table = _show(mirror, "NVIDIA/DCGM", "dcgmlib/src/dcgm_errors.c")
     meta = {m[1]: (m[2], m[3]) for m in re.finditer(
         r"DCGM_ERROR_TABLE_ENTRY\((DCGM_FR_\w+),\s*(DCGM_ERROR_\w+),\s*(DCGM_FR_EC_\w+)\)", table)}
