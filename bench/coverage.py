@@ -379,6 +379,14 @@ FAMILIES: dict[str, Family] = {
                    f"initialized. (at /paddle/paddle/phi/core/dense_tensor.cc:154)"],
         {"Error": "the untyped legacy error: its summary line 'Error: <message>' carries no type "
                   "that tells it from any other program's error line"}),
+    "torch_npu": Family(
+        "torch_npu error codes (ERR<submodule><code>)",
+        ("torch_npu: `[ERROR] <time> (PID:n, Device:d, RankID:r) ERR<module:2><code:3> <MODULE> "
+         "<message>` (utils/_error_code.py, NPUException.cpp formatErrorCode)",),
+        lambda e: [f"[ERROR] 2026-01-05-10:00:00 (PID:4123, Device:0, RankID:3) {e['name']} "
+                   f"{e['message']}"],
+        {n: "success: torch_npu never prints it as an error"
+         for n in ("ERR00000", "ERR01000", "ERR02000", "ERR03000", "ERR04000", "ERR99000")}),
     "mindspore": Family(
         "MindSpore status codes (mindspore::StatusCode) and device memory failure",
         ("runtime log / exception: `Device(id:<n>) memory isn't enough and alloc failed, kernel "

@@ -351,10 +351,26 @@ def extract_horovod(mirror: Path) -> dict[str, object]:
                  entries, mirror, messages_path="horovod/common/exceptions.py")
 
 
+def extract_torch_npu(mirror: Path) -> dict[str, object]:
+    """torch_npu's own error codes ERR<submodule:2><code:3>, every combination it can print."""
+    repo, path = "Ascend/pytorch", "torch_npu/utils/_error_code.py"
+    text = _show(mirror, repo, path)
+    block = text[text.index("class _SubModuleID"):text.index("class ErrCode")]
+    modules = [(m[1], int(m[2])) for m in re.finditer(r"^\s+(\w+) = (\d+)$", block, re.M)]
+    codes = [(int(m[1]), m[2]) for m in re.finditer(r"^\s+\w+ = \((\d+), \"([^\"]+)\"\)",
+                                                     text, re.M)]
+    entries = [{"name": f"ERR{module_id:02d}{code:03d}", "value": str(code),
+                "message": f"{module} {message}", "group": module}
+               for module, module_id in modules for code, message in codes]
+    return _data("torch_npu", "torch_npu error codes (ERR<submodule><code>)", repo, path,
+                 entries, mirror, messages_path="torch_npu/csrc/core/npu/NPUException.cpp")
+
+
 EXTRACTORS = {
     "cann": extract_cann, "acl": extract_acl, "cann_rt": extract_cann_rt, "hccl": extract_hccl,
     "dcgm": extract_dcgm, "nvml": extract_nvml, "libfabric": extract_libfabric, "efa": extract_efa,
     "synapse": extract_synapse, "hcl": extract_hcl, "horovod": extract_horovod,
+    "torch_npu": extract_torch_npu,
 }
 
 # Recorded by hand (repository over the snapshot size limit): checked, never rewritten here.
