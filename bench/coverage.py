@@ -352,8 +352,10 @@ FAMILIES: dict[str, Family] = {
     "vllm": Family(
         "vLLM engine failures (exceptions and start-up refusals)",
         ("Python: `<exception class>: <message>` (EngineDeadError with its module path)",),
-        lambda e: [f"{'vllm.v1.engine.exceptions.' + e['name'] if e['name'].endswith('Error') else e['value']}: "
-                   f"{_fill(e['message'])}"],
+        lambda e: [(f"(EngineCore_DP0 pid=3120) ERROR 01-05 10:00:00 [core.py:708] "
+                    if e["value"].startswith("logger.") else
+                    f"vllm.v1.engine.exceptions.{e['name']}: " if e["name"].endswith("Error") else
+                    f"{e['value']}: ") + _fill(e["message"])],
         {"EngineGenerateError": "one request failed in AsyncLLM.generate; the engine goes on "
                                 "(its docstring: Recoverable)"}),
     "sglang": Family(
