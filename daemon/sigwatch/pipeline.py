@@ -138,9 +138,14 @@ class Interests:
         self._index = index
         self.combined: re.Pattern[bytes] | None = None
         if len(self.patterns) > 1:
+            # Joined flat, not each in a group: an alternation whose every branch starts with
+            # a literal byte lets ``re`` skip from candidate byte to candidate byte in C; a
+            # group around a branch would make it try every position.
+            flags = {p.flags for p in self.patterns}
             try:
-                self.combined = re.compile(b"|".join(b"(?:" + p.pattern + b")"
-                                                     for p in self.patterns))
+                if len(flags) == 1:
+                    self.combined = re.compile(b"|".join(p.pattern for p in self.patterns),
+                                               flags.pop())
             except re.error:  # global inline flags in a user pattern: one pass each
                 self.combined = None
         elif self.patterns:
@@ -240,14 +245,17 @@ class Pipeline:
             lineno_of=self._lineno_of)
         self.detectors: list[Detector] = [self.signatures, *detectors]
         self.extra: list[Detector] = list(detectors)
-        self.interests = Interests([p for d in self.detectors for p in interests_of(d)])
-        # Per detector: the bits of its interests in ``self.interests``.
-        self._masks = [self.interests.mask(interests_of(d)) for d in self.detectors]
         # Detectors fed per chunk; the others get each line they want through on_line.
         self._chunked: list[tuple[int, ChunkDetector]] = [
             (i, d) for i, d in enumerate(self.detectors)
             if detector_mode == "chunk" and isinstance(d, ChunkDetector)]
         chunked = {i for i, _d in self._chunked}
+        wants = [interests_of(d) if i in chunked else
+                 ((d.interest,) if d.interest is not None else ())
+                 for i, d in enumerate(self.detectors)]
+        self.interests = Interests([p for want in wants for p in want])
+        # Per detector: the bits of its interests in ``self.interests``.
+        self._masks = [self.interests.mask(want) for want in wants]
         self._line_detectors = [(i, d) for i, d in enumerate(self.detectors) if i not in chunked]
         self._line_mask = 0
         self._chunk_mask = 0
@@ -499,7 +507,8 @@ class Pipeline:
             counted_to = end + 1
             lines.append(ChunkLine(start, end, lineno, base + start, bits,
                                    matched.get(start) or {}))
-        chunk = Chunk(stream.ctx, data, lines, stream.replay_below, seg_time)
+        chunk = Chunk(stream.ctx, data, lines, stream.replay_below, seg_time,
+                      self.interests.mask)
         out: list[Detection] = []
         for index, detector in self._chunked:
             out.extend(self._deliver(stream, detector.on_chunk(chunk, self._masks[index])))

@@ -23,7 +23,7 @@ Detectors return detections; they never write to sinks. State that replay cannot
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -147,11 +147,14 @@ class Chunk:
     a line's own time (its timestamp) is parsed only when asked (``time``), once.
     """
 
-    __slots__ = ("_parts", "_select", "_times", "cache", "data", "lines", "replay_below",
-                 "seg_time", "stream")
+    __slots__ = ("_parts", "_select", "_times", "cache", "data", "lines", "mask",
+                 "replay_below", "seg_time", "stream")
 
     def __init__(self, stream: StreamContext, data: bytes, lines: list[ChunkLine],
-                 replay_below: int, seg_time: float | None = None) -> None:
+                 replay_below: int, seg_time: float | None = None,
+                 mask: Callable[[Sequence[re.Pattern[bytes]]], int] | None = None) -> None:
+        """``mask``: the bits ``ChunkLine.interests`` uses for given interest patterns."""
+        self.mask = mask or (lambda _patterns: 0)
         self.stream = stream
         self.data = data
         self.lines = lines

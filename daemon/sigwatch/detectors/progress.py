@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -271,9 +271,44 @@ def _timing(m: dict[str, str | None]) -> tuple[float | None, float | None]:
     return step_time, (parse_number(throughput_s) if throughput_s else None)
 
 
+# A match of _FIELD_RE starts at most this many characters before its key word ("loss" or
+# "norm"): a quote and "training_" or "gradient ".
+_KEY_LEAD = 11
+_FIELD_NAMES = 3  # loss, grad_norm, loss_scale: once all are found, later ones change nothing
+
+
+def _field_matches(text: str) -> Iterator[re.Match[str]]:
+    """``_FIELD_RE.finditer(text)``, skipping in C to each key word of an ASCII line.
+
+    No match can start more than ``_KEY_LEAD`` characters before the first "loss" or "norm"
+    (any case) at or after the search position, so the regex starts there instead of trying
+    every position of a long progress line.
+    """
+    if not text.isascii():
+        yield from _FIELD_RE.finditer(text)
+        return
+    low = text.lower()
+    pos = 0
+    search = _FIELD_RE.search
+    find = low.find
+    while True:
+        a = find("loss", pos)
+        b = find("norm", pos)
+        key = a if b == -1 or (a != -1 and a < b) else b
+        if key == -1:
+            return
+        m = search(text, max(pos, key - _KEY_LEAD))
+        if m is None:
+            return
+        yield m
+        pos = m.end()
+
+
 def _fields(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
-    for m in _FIELD_RE.finditer(text):
+    for m in _field_matches(text):
+        if len(out) == _FIELD_NAMES:
+            break
         key = m.group("key").lower().replace("_", " ")
         if "scale" in key:
             name = "loss_scale"

@@ -43,7 +43,7 @@ from typing import Any
 
 from sigwatch.clock import Clock
 from sigwatch.detectors.base import Chunk, ChunkLine, LineEvent, Part, StreamContext
-from sigwatch.detectors.progress import Extractor, Progress, ProgressParser
+from sigwatch.detectors.progress import Extractor, Progress, ProgressParser, literal_interest
 from sigwatch.model import Detection, LogLine, Match, Remediation, Severity, StreamInfo
 from sigwatch.telemetry.metrics import SelfMetrics
 
@@ -138,12 +138,23 @@ class _Parsed:
     last: tuple[tuple[int, int], ChunkLine, int, str, Progress] | None = None
 
 
-def _delivered(chunk: Chunk, mask: int) -> Iterator[tuple[ChunkLine, int, Part]]:
+def _delivered(chunk: Chunk, mask: int,
+               confirm: tuple[int, re.Pattern[bytes]] | None = None,
+               ) -> Iterator[tuple[ChunkLine, int, Part]]:
     """The parts a per-line detector with interests ``mask`` would have been given, in order:
-    every part of a line its interests select, the matched parts of the other lines."""
+    every part of a line its interests select, the matched parts of the other lines.
+
+    ``confirm`` (bits, exact pattern): a line selected by those bits alone (a cheap literal
+    gate) counts as selected only if the exact pattern finds it too.
+    """
     for line in chunk.select(mask):
         parts = chunk.parts(line)
-        if line.interests & mask:
+        wanted = line.interests & mask
+        if wanted and confirm is not None and not wanted & ~confirm[0]:
+            data = chunk.data
+            if confirm[1].search(data, line.start, line.end + 1) is None:
+                wanted = 0
+        if wanted:
             for k, part in enumerate(parts):
                 yield line, k, part
         else:
@@ -170,6 +181,10 @@ class _Base:
     @property
     def interest(self) -> re.Pattern[bytes] | None:
         return self.reader.interest
+
+    @property
+    def interests(self) -> tuple[re.Pattern[bytes], ...]:
+        return (self.reader.interest,)
 
     def replay_floor(self, handle: int) -> tuple[int, int] | None:
         return None
@@ -602,6 +617,10 @@ _END_RE = re.compile(
     r"|finished training|after training is done|`?Trainer\.fit`? stopped"
     r"|max_(?:steps|epochs)=\d+` reached|training ended|end of training|exiting training)")
 _END_INTEREST_RE = re.compile(_END_RE.pattern.encode())
+# Literals every line _END_RE finds holds (any case), as a literal-led trie: the cheap gate of
+# the one interest pass; a line it alone selects is confirmed by _END_INTEREST_RE.
+_END_GATE = re.compile(literal_interest([b"train_runtime", b"training", b"trainer.fit",
+                                         b"` reached"]))
 _STALL_REMEDIATION = Remediation(
     summary="The training job stopped printing progress: it may be hung (a collective waiting "
             "on a dead or slow rank, a deadlocked data loader, a stuck filesystem).",
@@ -655,7 +674,7 @@ class StallDetector(_Base):
         self.min_intervals = min_intervals
         self._streams: OrderedDict[str, _StallStream] = OrderedDict()
         self._interest = re.compile(self.reader.interest.pattern + b"|" + _END_RE.pattern.encode())
-        self._interests = (self.reader.interest, _END_INTEREST_RE)
+        self._interests = (self.reader.interest, _END_GATE)
 
     @property
     def interest(self) -> re.Pattern[bytes] | None:
@@ -766,7 +785,8 @@ class StallDetector(_Base):
         now = self.clock.monotonic()
         records: list[tuple[ChunkLine, int, Part, Progress]] = []
         out: list[Detection] = []
-        for line, k, part in _delivered(chunk, mask):
+        confirm = (chunk.mask((_END_GATE,)), _END_INTEREST_RE)
+        for line, k, part in _delivered(chunk, mask, confirm):
             if not self._fresh_at(key, line.offset):
                 continue
             text = part.text
