@@ -247,6 +247,8 @@ _PLATFORM_RE = re.compile(
     r"|/opt/rocm-(?P<rocm2>\d+\.\d+\.\d+)|\+rocm(?P<rocm3>\d+\.\d+(?:\.\d+)?)")
 _PLATFORM_INTEREST = rb"gfx94[012]|MI300|MIOpen|ROCm|rocm"
 _PLATFORM_INTEREST_RE = re.compile(_PLATFORM_INTEREST)
+# The words _note_platform looks for (in the raw bytes: normalisation only removes bytes).
+_PLATFORM_WORDS_RE = re.compile(rb"gfx94|MI300|MIOpen|ROCm|rocm")
 _PLATFORM_SIGNATURE = "rocm_mi300_miopen_platform"
 
 INCIDENT_004_REMEDIATION = Remediation(
@@ -435,11 +437,17 @@ class StepTimeDetector(_Base):
         counts: dict[str, list[Any]] = {}
         reader = self.reader
         replay_below = chunk.replay_below
+        # Platform words anywhere in the chunk? If not, only a matched line can add evidence.
+        # (Removing ANSI codes or NULs can join a word: then every line is looked at.)
+        data = chunk.data
+        platform = (_PLATFORM_WORDS_RE.search(data) is not None or b"\x1b" in data
+                    or b"\x00" in data)
         for line, k, part in _delivered(chunk, mask):
             if not self._fresh_at(key, line.offset):
                 continue
             text = part.text
-            self._note_platform(key, text, line.matches.get(k, ()))
+            if platform or line.matches:
+                self._note_platform(key, text, line.matches.get(k, ()))
             progress = reader.read_part(chunk, line, k, text)
             if progress is None or progress.eval or progress.overflow:
                 continue
