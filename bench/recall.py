@@ -14,7 +14,7 @@ above (one of ``signatures`` when the file names any). A quiet excerpt must make
     ./dev.sh recall --stamp tests/corpus/real/x/new.toml ...
                                # record at_collection in NEW excerpts, before touching patterns/
 
-The floor is ``tests/corpus/real/EXPECTED.toml``; the README cites it.
+The floor is ``tests/corpus/real/EXPECTED.toml``; docs/signatures.md cites it.
 """
 
 from __future__ import annotations

@@ -48,13 +48,13 @@ class TestCorpusShape:
         assert len(QUIET) >= 40
 
     def test_recorded_corpus_size_is_current(self) -> None:
-        """EXPECTED.toml (which the README cites) records the corpus as it is."""
+        """EXPECTED.toml (which docs/signatures.md cites) records the corpus as it is."""
         assert (EXPECTED["excerpts"], EXPECTED["failures"], EXPECTED["healthy"]) == (
             len(EXCERPTS), len(EXCERPTS) - len(QUIET), len(QUIET))
 
-    def test_readme_records_the_corpus_size_and_floor(self) -> None:
-        """The README states the size and the recall floor that the test command enforces."""
-        readme = (REPO / "README.md").read_text(encoding="utf-8")
+    def test_docs_record_the_corpus_size_and_floor(self) -> None:
+        """docs/signatures.md states the size and the recall floor the test command enforces."""
+        readme = (REPO / "docs" / "signatures.md").read_text(encoding="utf-8")
 
         assert f"{EXPECTED['excerpts']} excerpts" in readme
         assert "tests/corpus/real/EXPECTED.toml" in readme
