@@ -6,7 +6,7 @@ Run once per upstream update, with a local git checkout of each project (``--mir
 numeric values and message texts are kept, with the source URL and commit; no code is copied.
 ``bench/coverage.py`` turns the data files into ``patterns/COVERAGE.md``.
 
-    python3 bench/extract_enums.py --mirror /work/.mirror
+    python3 bench/extract_enums.py --mirror DIR
 """
 
 from __future__ import annotations

@@ -56,6 +56,10 @@ __all__ = [
     "StepTimeDetector",
 ]
 
+# Whose fault each detection of this module is: bad numbers come from the job's own training
+# configuration; a slowdown or a stall may be the node's or the job's, so it is not known.
+OWNER_OF = {"training_nonfinite": "user", "training_loss_scale_minimum": "user"}
+
 MAX_SERIES = 1000
 
 
@@ -224,7 +228,7 @@ class _Base:
             offset=line.offset if line else None, text=line.text if line else None,
             time=self.clock.time(), remediation=remediation, context=context,
             rank=line.rank if line else None, labels=labels, host=self.host, about=about,
-            key=key, facts=tuple(facts))
+            key=key, facts=tuple(facts), owner=OWNER_OF.get(signature, "unknown"))
 
 
 def _line_maker(info: StreamInfo, line: ChunkLine, part: Part) -> Callable[[], LogLine]:
