@@ -280,7 +280,8 @@ _FIELD_NAMES = 3  # loss, grad_norm, loss_scale: once all are found, later ones 
 
 
 def _starts(low: str, key: int, leads: tuple[str, ...], pos: int) -> list[int]:
-    """Candidate match starts for the key word at ``key``, in increasing order."""
+    """Candidate match starts for the key word at ``key``, in non-decreasing order (the
+    leads are longest first, so each start is after the one before)."""
     out: list[int] = []
     for lead in leads:
         x = key - len(lead)
@@ -289,7 +290,7 @@ def _starts(low: str, key: int, leads: tuple[str, ...], pos: int) -> list[int]:
         if x - 1 >= pos and low[x - 1] in "'\"":
             out.append(x - 1)
         out.append(x)
-    return sorted(set(out))
+    return out
 
 
 def _field_matches(text: str) -> Iterator[re.Match[str]]:
