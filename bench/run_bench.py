@@ -16,6 +16,11 @@ Batch: one deterministic generated training log (bench/corpus.py), scanned by
 Each is run ``--repeat`` times; the fastest wall time is kept. CPU seconds and peak RSS come
 from ``wait4()`` of that process.
 
+Daemon as shipped (``sigwatch run``, the full library, every detector; ``--skip-catchup``
+skips it): catch-up of the corpus as a backlog (MB/s per core, peak RSS) and CPU while the log
+grows at 1 MB/s. Scan of the full library with the detectors (``scan``'s default) and with
+``--no-detectors``, and their ratio.
+
 Daemon (``sigwatch run``, 40 signatures, pure-Python prefilter):
 - latency: append a failure line to a watched file, time until it is in the event log and
   until ``sigwatch_detections_total`` counts it on /metrics; p50/p99 over ``--probes`` appends;
