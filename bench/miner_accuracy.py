@@ -1,8 +1,11 @@
 """Grouping Accuracy of sigwatch's template miner and of Drain3 on labelled Loghub samples.
 
-    python bench/miner_accuracy.py                      # the systems in shared/data/loghub
     python bench/miner_accuracy.py --data DIR [--data DIR2 ...]
-    python bench/miner_accuracy.py --raw                # whole raw lines instead of Content
+    SIGWATCH_LOGHUB=DIR python bench/miner_accuracy.py
+    python bench/miner_accuracy.py --data DIR --raw     # whole raw lines instead of Content
+
+DIR holds one ``<System>/`` folder per Loghub 2k sample (from the logpai/loghub repository),
+each with its ``*_structured.csv``.
 
 Grouping Accuracy (Zhu et al., ICSE-SEIP 2019): a line is correct only when the set of lines its
 parser put in its group equals the set of lines sharing its ground-truth EventId.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 import time
 from collections import defaultdict
@@ -34,8 +38,7 @@ sys.path.insert(0, str(ROOT / "daemon"))
 
 from sigwatch.detectors.templates import TemplateMiner
 
-DEFAULT_DATA = ROOT.parent.parent / "shared" / "data" / "loghub"
-SHARED_DATA = Path("/work/shared/data/loghub")
+DATA_ENV = "SIGWATCH_LOGHUB"
 
 __all__ = [
     "drain3_default",
@@ -150,12 +153,15 @@ def _systems(data: Sequence[Path]) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", action="append", type=Path,
-                    help="Folder of <System>/ sub-folders (repeatable). Default: shared/data/loghub")
+                    help=f"Folder of <System>/ sub-folders (repeatable). Default: ${DATA_ENV}")
     ap.add_argument("--raw", action="store_true",
                     help="Feed whole raw lines (headers included) instead of the Content column")
     ap.add_argument("--format", choices=["text", "markdown"], default="text")
     args = ap.parse_args(argv)
-    data = args.data or [DEFAULT_DATA if DEFAULT_DATA.exists() else SHARED_DATA]
+    data = args.data or ([Path(os.environ[DATA_ENV])] if os.environ.get(DATA_ENV) else [])
+    if not data:
+        print(f"no Loghub data: give --data DIR or set {DATA_ENV}=DIR", file=sys.stderr)
+        return 2
     folders = _systems(data)
     if not folders:
         print(f"no *_structured.csv under {', '.join(map(str, data))}", file=sys.stderr)
