@@ -351,8 +351,9 @@ FAMILIES: dict[str, Family] = {
          "INTENDED_USER_EXIT": "an intended exit (exit code 0, ray.kill, exit_actor)"}),
     "vllm": Family(
         "vLLM engine failures (exceptions and start-up refusals)",
-        ("Python: `<exception class>: <message>` (EngineDeadError with its module path)",),
-        lambda e: [(f"(EngineCore_DP0 pid=3120) ERROR 01-05 10:00:00 [core.py:708] "
+        ("Python: `<exception class>: <message>` (EngineDeadError with its module path)",
+         "engine core and executor logger lines: `(EngineCore_DP0 pid=n) ERROR <time> [<file>:<line>] <message>`"),
+        lambda e: [("(EngineCore_DP0 pid=3120) ERROR 01-05 10:00:00 [core.py:708] "
                     if e["value"].startswith("logger.") else
                     f"vllm.v1.engine.exceptions.{e['name']}: " if e["name"].endswith("Error") else
                     f"{e['value']}: ") + _fill(e["message"])],
