@@ -190,6 +190,7 @@ class Daemon:
         self.faults = faults
         self.verdict = verdict
         self._next_verdict = 0.0
+        self._faults_version = -1
         self.hints = hints
         self.roots = roots
         self.registry = registry
@@ -238,8 +239,10 @@ class Daemon:
         looked at every ``VERDICT_EVERY`` seconds (a sum over every followed file)."""
         clock = self.runtime.clock
         mono = clock.monotonic()
-        if not force and mono < self._next_verdict:
+        version = self.faults.version if self.faults is not None else 0
+        if not force and mono < self._next_verdict and version == self._faults_version:
             return
+        self._faults_version = version
         self._next_verdict = mono + VERDICT_EVERY
         problems = self.runtime.reading_problems()
         names = list(self.source_names)
@@ -406,6 +409,7 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
                             mode=config.policy.mode, every=VERDICT_EVERY)
     daemon = Daemon(runtime, hints, roots, registry, server, metrics, wake, queued, liveness,
                     faults=faults, verdict=verdict)
+    faults.on_change = wake.set  # a fault opened or changed: the verdict is written now
     daemon.source_names = source_names
     return daemon
 

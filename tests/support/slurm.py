@@ -26,7 +26,11 @@ import pytest
 
 from support.daemon import free_port
 
-__all__ = ["NodeView", "SlurmCluster", "require_slurm"]
+__all__ = ["REASON_RE", "XID79", "NodeView", "SlurmCluster", "require_slurm"]
+
+XID79 = ("{stamp} {node} kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=4242, name=python3, "
+         "GPU has fallen off the bus.")
+REASON_RE = r"^sigwatch: nvidia_xid_79_fallen_off_bus: .+ \[(f[0-9a-f]{7})\]$"
 
 _PACKAGES = ("slurm-wlm", "munge")
 _TOOLS = ("slurmctld", "slurmd", "scontrol", "sinfo", "munged", "mungekey")

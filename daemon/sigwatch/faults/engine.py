@@ -102,6 +102,7 @@ class FaultEngine:
         on_decision: Callable[[Decision], None] | None = None,
         requests_dir: Path | None = None,
         history_days: float = 30.0,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.policy = policy
         self.clock = clock
@@ -122,6 +123,8 @@ class FaultEngine:
         self._recovery: tuple[int, dict[str, set[str]]] = (0, {})
         self._started = False
         self._view: tuple[Fault, ...] = ()
+        self.version = 0  # grows when the open faults change (the verdict is rewritten)
+        self.on_change = on_change  # called then (the daemon wakes its pump)
         self.book = self._load()
         self._check_boot(self.clock.time())
         self._publish()
@@ -601,7 +604,12 @@ class FaultEngine:
 
     def _publish(self) -> None:
         faults = sorted(self.book.faults.values(), key=lambda f: f.opened_at, reverse=True)
+        before = [(f.id, f.state, f.outcome) for f in self._view if f.open]
         self._view = tuple(faults)
+        if before != [(f.id, f.state, f.outcome) for f in faults if f.open]:
+            self.version += 1
+            if self.on_change is not None:
+                self.on_change()
         if self.m is not None:
             for state in OPEN_STATES:
                 self.m.faults_open.labels(state).set(sum(1 for f in faults if f.state == state))
