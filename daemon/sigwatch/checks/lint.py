@@ -163,6 +163,9 @@ def _lint_signature(sig: CompiledSignature, strict: bool) -> list[Finding]:
     policy = dict(sig.policy)
     if policy.get("action") == "drain" and sig.owner == "user":
         add("P016", "policy.action", "a user-owned signature never drains a node")
+    if policy.get("count", 1) > 1 and "window_seconds" not in policy:
+        add("P016", "policy.count", "a count above 1 needs window_seconds: the count is "
+            "within that window")
     if policy.get("recovered_by") and sig.id in policy["recovered_by"]:
         add("P016", "policy.recovered_by", "a signature cannot be its own recovery line")
     return out

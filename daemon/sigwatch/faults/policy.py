@@ -139,8 +139,6 @@ class Policy:
         if not values["reason"]:
             summary = getattr(getattr(sig, "remediation", None), "summary", "") if sig else ""
             values["reason"] = short_fix(summary or signature.replace("_", " "))
-        if values["count"] > 1 and values["window"] <= 0:
-            values["count"] = 1
         return Rule(action=action, origin=origin, note=note, **values)
 
     def recovery_targets(self, signatures: Iterable[SignatureLike]) -> dict[str, set[str]]:
@@ -166,6 +164,11 @@ class Policy:
                 problems.append((where, "no signature has this id"))
                 continue
             sig = by_id.get(sig_id)
+            rule = self.rule(sig_id, sig.owner if sig is not None else "unknown",
+                             _severity_of(sig) if sig is not None else "info", sig)
+            if rule.count > 1 and rule.window <= 0:
+                problems.append((f"{where}.count", ("a count above 1 needs window_seconds "
+                                 "(here or in the signature file): the count is within it")))
             if sig is not None and sig.owner == "user" and configured.action == "drain":
                 problems.append((f"{where}.action",
                                  "a user-owned signature never drains a node"))

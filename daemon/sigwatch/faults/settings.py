@@ -63,13 +63,6 @@ class RuleSettings(_Strict):
     reason: str | None = Field(default=None, min_length=1, max_length=100,
                                pattern=r"^[ -~]+$")
 
-    @model_validator(mode="after")
-    def _window_for_count(self) -> RuleSettings:
-        if self.count is not None and self.count > 1 and self.window_seconds is None:
-            msg = "a count above 1 needs window_seconds (the count is within that window)"
-            raise ValueError(msg)
-        return self
-
 
 class SeverityActions(_Strict):
     """Action per severity for one owner."""

@@ -121,12 +121,13 @@ def daemon_pid(state_dir: Path) -> int | None:
     if not pid_text.isdigit():
         return None
     pid = int(pid_text)
+    held: list[list[str]] | None
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as fh:
             held = [line.split() for line in fh]
     except OSError:
-        held = []
-    if held:
+        held = None
+    if held is not None:
         for parts in held:
             # "1: FLOCK  ADVISORY  WRITE 1234 00:2d:5678 0 EOF" (a "->" marks a waiter)
             if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
