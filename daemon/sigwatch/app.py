@@ -430,7 +430,10 @@ def build_faults(config: Config, *, clock: Clock, metrics: SelfMetrics | None,
                  patterns: Callable[[], PatternSet] | None,
                  notify: Callable[[Detection], None] | None = None,
                  check: PatternSet | None = None, persistent: bool = True) -> FaultEngine:
-    """The fault engine of ``config``: its policy, book, boot watch and Slurm client."""
+    """The fault engine of ``config``: its policy, book, boot watch and Slurm client.
+
+    ``persistent=False`` (``policy explain``): in memory, no boot watch, and no Slurm client
+    whatever the config says: a replay never drains anything."""
     policy = Policy(config.policy)
     if check is not None:
         problems = policy.check(check.signatures)
@@ -441,13 +444,13 @@ def build_faults(config: Config, *, clock: Clock, metrics: SelfMetrics | None,
                                            for o in outs], config.policy.mode)
     node = slurm_node_name(config)
     slurm = limits = None
-    if config.slurm is not None:
+    if config.slurm is not None and persistent:
         s = config.slurm
         slurm = SlurmClient(node, scontrol=s.scontrol, sinfo=s.sinfo, conf=s.conf,
                             partition=s.partition, timeout=s.timeout_seconds)
         limits = SlurmLimits(max_share=s.max_share, max_per_hour=s.max_per_hour,
                              retry_seconds=s.retry_seconds)
-    elif config.policy.mode == "act":
+    elif config.policy.mode == "act" and persistent:
         log.warning("policy_act_without_slurm",
                     detail="mode is act but no [slurm] table: faults are kept, nothing is "
                            "drained")
