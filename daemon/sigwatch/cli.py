@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from sigwatch import __version__
 from sigwatch.errors import PatternError, SigwatchError
 
 if TYPE_CHECKING:
@@ -59,12 +58,25 @@ def _load_patterns(dirs: Sequence[Path] | None) -> PatternSet:
     return patterns
 
 
+class _Version(argparse.Action):
+    """``--version``, looked up only when asked: the package metadata is slow to read, and
+    ``sigwatch health`` (a prolog, a health check) must answer fast."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from sigwatch import __version__
+
+        print(f"sigwatch {__version__}")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sigwatch",
         description="Recognise GPU training failures in logs, export metrics, hand on-call "
                     "the fix.")
-    p.add_argument("--version", action="version", version=f"sigwatch {__version__}")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="show program's version number and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="Run the daemon: tail files, export metrics and events.")
@@ -196,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sigwatch.process import EarlySignals
 
         EarlySignals.install()
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given[:1] == ["health"] and "-h" not in given and "--help" not in given:
+        return _health(given[1:])  # without building the whole parser: answer fast
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)
@@ -205,6 +220,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_SIGPIPE
+
+
+def _health(argv: list[str]) -> int:
+    """``sigwatch health [--config FILE]`` (``sigwatch health --help`` for the text)."""
+    from sigwatch.faults.verdict import main_health
+
+    p = argparse.ArgumentParser(prog="sigwatch health")
+    p.add_argument("--config", type=Path)
+    args = p.parse_args(argv)
+    return main_health(args.config, sys.stdout, sys.stderr)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -224,9 +249,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.command == "exec":
             return _exec(args)
         if args.command == "health":
-            from sigwatch.faults.verdict import main_health
-
-            return main_health(args.config, sys.stdout, sys.stderr)
+            return _health(["--config", str(args.config)] if args.config else [])
         if args.command == "faults":
             from sigwatch.faults_cli import clear_fault, list_faults
 
