@@ -7,8 +7,17 @@ import time
 from pathlib import Path
 
 import pytest
+import structlog
 
 from sigwatch.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> object:
+    """These commands configure structlog for the process (stderr is pytest's capture here):
+    put the defaults back so later tests do not write to a closed capture."""
+    yield
+    structlog.reset_defaults()
 
 XID79 = "{t} node7 kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=python3, GPU has fallen off the bus."
 XID48 = "{t} node7 kernel: NVRM: Xid (PCI:0000:2b:00): 48, pid=1, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."
