@@ -133,10 +133,11 @@ class FaultEngine:
     # -- the Sink protocol (on the QueuedSink's worker) --------------------------------------
 
     def emit(self, detection: Detection) -> None:
+        """Decide on one detection. A fault opened or changed is on disk before anything is
+        done about it; lines only remembered or folded are saved at the next ``flush``."""
         with self._lock:
             self.decide(detection)
             self._publish()
-            self._save()
 
     def flush(self) -> None:
         with self._lock:
@@ -604,9 +605,10 @@ class FaultEngine:
 
     def _publish(self) -> None:
         faults = sorted(self.book.faults.values(), key=lambda f: f.opened_at, reverse=True)
-        before = [(f.id, f.state, f.outcome) for f in self._view if f.open]
+        before = [(f.id, f.state, f.outcome) for f in self._view]
         self._view = tuple(faults)
-        if before != [(f.id, f.state, f.outcome) for f in faults if f.open]:
+        if before != [(f.id, f.state, f.outcome) for f in faults]:
+            self._save()  # a state or outcome changed: durable now
             self.version += 1
             if self.on_change is not None:
                 self.on_change()

@@ -92,7 +92,9 @@ class Policy:
         self.settings = settings
         self.mode = settings.mode
         self.clean_window = settings.clean_window_seconds
-        self._cache: dict[tuple[int, str, str, str], Rule] = {}
+        # Keyed by the signature object's id; the object is kept with its rule so that id is
+        # never reused by another object (a reloaded file) while the entry lives.
+        self._cache: dict[tuple[int, str, str, str], tuple[object, Rule]] = {}
 
     def rule(self, signature: str, owner: str, severity: str,
              sig: SignatureLike | None = None) -> Rule:
@@ -101,8 +103,8 @@ class Policy:
         if found is None:
             if len(self._cache) > 4096:
                 self._cache.clear()
-            found = self._cache[key] = self._resolve(signature, owner, severity, sig)
-        return found
+            found = self._cache[key] = (sig, self._resolve(signature, owner, severity, sig))
+        return found[1]
 
     def _resolve(self, signature: str, owner: str, severity: str,
                  sig: SignatureLike | None) -> Rule:

@@ -24,7 +24,7 @@ from sigwatch.faults.model import Fault
 from sigwatch.web.render import ago, e, fmt_time
 from sigwatch.web.request import BadRequestError, Request, Response, json_response
 
-__all__ = ["FaultsProvider", "faults_section", "mount"]
+__all__ = ["FaultsProvider", "faults_section", "mount", "section_renderer"]
 
 _MAX_BODY = 4096
 _CLEARED_SHOWN = 5
