@@ -23,6 +23,7 @@ from prometheus_client.exposition import choose_encoder
 
 from sigwatch.clock import Clock, SystemClock
 from sigwatch.web import api, pages
+from sigwatch.web import faults as faults_web
 from sigwatch.web.auth import BasicAuth
 from sigwatch.web.render import SECURITY_HEADERS, error_page
 from sigwatch.web.request import (
@@ -93,9 +94,11 @@ class WebApp:
         auth: BasicAuth | None = None,
         clock: Clock | None = None,
         node: str = "",
+        faults: faults_web.FaultsProvider | None = None,
     ) -> None:
         """``status`` and ``store`` together mount the status page and the JSON API;
-        ``node`` is the host name shown in page titles."""
+        ``node`` is the host name shown in page titles; ``faults`` mounts the node faults'
+        API (``/api/v1/faults``) and their section of the status page."""
         self.registry = registry
         self.liveness = liveness
         self.status = status
@@ -107,9 +110,12 @@ class WebApp:
         self.add_route("/metrics", self._metrics)
         self.add_route("/-/healthy", self._healthy)
         self.add_route("/-/ready", self._ready)
+        sections = [faults_web.section_renderer(faults)] if faults is not None else []
         if status is not None and store is not None:
-            pages.mount(self, store, status)
+            pages.mount(self, store, status, sections=sections)
             api.mount(self, store, status)
+        if faults is not None:
+            faults_web.mount(self, faults)
 
     def add_route(self, template: str, handler: Handler,
                   methods: Iterable[str] = _READ_METHODS) -> None:
@@ -137,9 +143,12 @@ class WebApp:
         except UnicodeError:
             path = raw_path
         api = path.startswith("/api/")
-        if self.auth is not None and self.auth.check(environ.get("HTTP_AUTHORIZATION")) is None:
-            return _error(401, "authentication required", api=api,
-                          headers=[("WWW-Authenticate", self.auth.challenge)])
+        if self.auth is not None:
+            user = self.auth.check(environ.get("HTTP_AUTHORIZATION"))
+            if user is None:
+                return _error(401, "authentication required", api=api,
+                              headers=[("WWW-Authenticate", self.auth.challenge)])
+            environ["sigwatch.user"] = user
         route, params, allowed = self._match(path, method)
         if route is None:
             if allowed:

@@ -11,7 +11,7 @@ the same signature; a detection without a line shows what it is about and its fi
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from sigwatch.clock import Clock
 from sigwatch.model import Detection, Severity
@@ -46,10 +46,14 @@ def detection_url(external_url: str, event_id: str) -> str:
 
 
 def mount(app: Router, store: DetectionStore, status: StatusProvider, *,
-          clock: Clock | None = None, node: str = "") -> None:
-    """Add ``/`` and ``/detections/{event_id}`` to ``app`` (its clock and node by default)."""
+          clock: Clock | None = None, node: str = "",
+          sections: Sequence[Callable[[float], str]] = ()) -> None:
+    """Add ``/`` and ``/detections/{event_id}`` to ``app`` (its clock and node by default).
+
+    ``sections`` render more blocks of ``/`` (given the time), placed before the open
+    incidents: the node faults (``sigwatch.web.faults``)."""
     pages = _Pages(store, status, clock or getattr(app, "clock"),  # noqa: B009
-                   node or str(getattr(app, "node", "")))
+                   node or str(getattr(app, "node", "")), sections)
     app.add_route("/", pages.index)
     app.add_route("/detections/{event_id}", pages.detection)
 
@@ -69,11 +73,12 @@ def _where(d: Detection) -> str:
 
 class _Pages:
     def __init__(self, store: DetectionStore, status: StatusProvider, clock: Clock,
-                 node: str) -> None:
+                 node: str, sections: Sequence[Callable[[float], str]] = ()) -> None:
         self.store = store
         self.status = status
         self.clock = clock
         self.node = node
+        self.sections = list(sections)
 
     def _page(self, title: str, body: str, status: int = 200) -> Response:
         return Response(status, layout(title, body, node=self.node), _HTML)
@@ -93,6 +98,7 @@ class _Pages:
             "No detection matches these filters." if filtered
             else "No detections yet: nothing recognised on this node.")))
         body.append(self._pager(q, page.next_cursor, page.total, len(page.items)))
+        body.extend(section(now) for section in self.sections)
         body.append(self._open_incidents(now))
         body.append(self._sources(self.status.sources(), now))
         return self._page("Detections", "".join(body))
