@@ -93,9 +93,11 @@ class WebApp:
         auth: BasicAuth | None = None,
         clock: Clock | None = None,
         node: str = "",
+        incident_window: float = 3600.0,
     ) -> None:
         """``status`` and ``store`` together mount the status page and the JSON API;
-        ``node`` is the host name shown in page titles."""
+        ``node`` is the node name shown in page titles and headers (``--node``);
+        ``incident_window``: seconds without a repeat before an incident is no longer open."""
         self.registry = registry
         self.liveness = liveness
         self.status = status
@@ -103,6 +105,7 @@ class WebApp:
         self.auth = auth
         self.clock = clock or SystemClock()
         self.node = node
+        self.incident_window = incident_window
         self._routes: list[Route] = []
         self.add_route("/metrics", self._metrics)
         self.add_route("/-/healthy", self._healthy)
