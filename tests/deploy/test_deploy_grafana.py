@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import subprocess
 
 import pytest
 import yaml
