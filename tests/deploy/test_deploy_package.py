@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,6 +69,10 @@ def test_dev_sh_package_builds_the_wheel_and_the_deb(packaged: Path) -> None:
                  "./usr/share/doc/sigwatch/deploy.md", "./usr/bin/sigwatch -> "):
         assert path in listing, path
     assert ".pyc" not in listing  # compiled on the machine, not carrying the build's paths
+    with zipfile.ZipFile(wheel) as whl:  # a pip install gets them too, under share/sigwatch
+        shared = {n.split("/data/", 1)[1] for n in whl.namelist() if ".data/data/" in n}
+    assert {"share/sigwatch/sigwatch.service", "share/sigwatch/sigwatch.toml",
+            "share/sigwatch/logrotate", "share/sigwatch/deploy.md"} == shared
 
 
 def test_the_deb_installs_in_a_clean_root_and_its_binary_runs(packaged: Path,
