@@ -2,17 +2,23 @@
 """Recall and false alarms of the signature library on the real corpus (``tests/corpus/real``).
 
 Each excerpt is one TOML file, ``tests/corpus/real/<family>/<slug>.toml``, with ``url``, ``kind``,
-``class``, ``expect`` ("alarm" or "quiet"), optional ``signatures`` and the verbatim ``text``.
+``class``, ``expect`` ("alarm" or "quiet"), optional ``signatures``, optional ``lang`` (``zh`` for
+a Chinese-language page; English when absent) and the verbatim ``text``.
 ``at_collection`` ("caught" or "missed", optional) records what the library did with the excerpt
 when it was added, before any signature was written or changed for it: the blind figure.
+``batch`` names the collection batch it was stamped with and ``stamped_against`` the commit of the
+library it was judged by (both written by ``--stamp``); batches sort by name, so "the last N"
+blind failures are the newest batches' (excerpts stamped before batches existed count as the
+oldest).
 An excerpt that expects an alarm is caught when the real engine makes a detection at warning or
 above (one of ``signatures`` when the file names any). A quiet excerpt must make none.
 
     ./dev.sh recall            # table per class and overall; exit 1 below EXPECTED.toml or on
                                # any false alarm
     ./dev.sh recall --misses   # also print what each missed or false-alarming excerpt produced
-    ./dev.sh recall --stamp tests/corpus/real/x/new.toml ...
-                               # record at_collection in NEW excerpts, before touching patterns/
+    ./dev.sh recall --stamp --batch b1-2026-11-25 tests/corpus/real/x/new.toml ...
+                               # record at_collection (and the batch and the library's commit)
+                               # in NEW excerpts, before touching patterns/
 
 The floor is ``tests/corpus/real/EXPECTED.toml``; docs/signatures.md cites it.
 """
@@ -41,6 +47,7 @@ from sigwatch.sinks.base import CollectingSink  # noqa: E402
 
 __all__ = [
     "CORPUS",
+    "Blind",
     "EXPECTED",
     "Excerpt",
     "Outcome",
@@ -51,6 +58,8 @@ __all__ = [
     "load_corpus",
     "load_corpus_files",
     "load_expected",
+    "blind_figures",
+    "blind_order",
     "main",
     "render",
     "stamp",
@@ -58,7 +67,9 @@ __all__ = [
 
 CORPUS = REPO / "tests" / "corpus" / "real"
 EXPECTED = CORPUS / "EXPECTED.toml"
-KINDS = frozenset({"issue", "forum", "docs", "paste", "source"})
+KINDS = frozenset({"issue", "forum", "docs", "paste", "source", "logbook", "blog"})
+LANGS = frozenset({"en", "zh"})
+LAST_N = 100  # the blind figure is also reported over the newest LAST_N blind failures
 ALARM_FLOOR = Severity.WARNING
 
 
@@ -74,6 +85,9 @@ class Excerpt:
     signatures: tuple[str, ...]
     text: str
     at_collection: str | None = None
+    lang: str = "en"
+    batch: str = ""
+    stamped_against: str = ""
 
     @property
     def name(self) -> str:
@@ -148,7 +162,7 @@ def load_corpus_files(paths: Sequence[Path]) -> list[Excerpt]:
     for path in paths:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         unknown = set(data) - {"url", "kind", "class", "expect", "signatures", "text",
-                               "at_collection"}
+                               "at_collection", "lang", "batch", "stamped_against"}
         problems = [f"unknown key {k!r}" for k in sorted(unknown)]
         if not str(data.get("url", "")).startswith(("https://", "http://")):
             problems.append("url must be a public http(s) address")
@@ -158,13 +172,18 @@ def load_corpus_files(paths: Sequence[Path]) -> list[Excerpt]:
             problems.append("expect must be 'alarm' or 'quiet'")
         if data.get("at_collection") not in (None, "caught", "missed"):
             problems.append("at_collection must be 'caught' or 'missed'")
+        if data.get("lang", "en") not in LANGS:
+            problems.append(f"lang must be one of {sorted(LANGS)}")
+        if ("batch" in data or "stamped_against" in data) and "at_collection" not in data:
+            problems.append("batch and stamped_against are written by --stamp with at_collection")
         if not data.get("class") or not str(data.get("text", "")).strip():
             problems.append("class and text are required")
         if problems:
             raise ValueError(f"{path}: {'; '.join(problems)}")
         out.append(Excerpt(path, data["url"], data["kind"], data["class"], data["expect"],
                            tuple(data.get("signatures", ())), data["text"],
-                           data.get("at_collection")))
+                           data.get("at_collection"), data.get("lang", "en"),
+                           str(data.get("batch", "")), str(data.get("stamped_against", ""))))
     return out
 
 
@@ -230,11 +249,11 @@ def render(report: Report, *, misses: bool = False) -> str:
     for o in report.outcomes:
         kinds[o.excerpt.kind] += 1
     lines.append("sources: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
-    blind = [o for o in report.outcomes if o.excerpt.at_collection and o.excerpt.expect == "alarm"]
-    if blind:
-        before = sum(o.excerpt.at_collection == "caught" for o in blind)
-        lines.append(f"at collection (blind, before any signature was changed for them): "
-                     f"{before}/{len(blind)} failures caught = {before / len(blind):.2f}")
+    langs: dict[str, int] = defaultdict(int)
+    for o in report.outcomes:
+        langs[o.excerpt.lang] += 1
+    lines.append("languages: " + ", ".join(f"{k} {n}" for k, n in sorted(langs.items())))
+    lines.extend(render_blind(report))
     if misses:
         for o in report.outcomes:
             if o.ok:
@@ -245,7 +264,84 @@ def render(report: Report, *, misses: bool = False) -> str:
     return "\n".join(lines)
 
 
-def stamp(engine: Engine, paths: Sequence[Path]) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Blind:
+    """The blind figure of one group: failures caught at collection, healthy kept quiet."""
+
+    failures: int
+    caught: int
+    healthy: int
+    quiet: int
+
+    @property
+    def recall(self) -> float:
+        return self.caught / self.failures if self.failures else 1.0
+
+    def render(self) -> str:
+        out = (f"{self.caught}/{self.failures} failures caught = {self.recall:.2f}"
+               if self.failures else "no failures")
+        if self.healthy:
+            out += f"; {self.quiet}/{self.healthy} healthy quiet"
+        return out
+
+
+def _blind(excerpts: Sequence[Excerpt]) -> Blind:
+    failures = [e for e in excerpts if e.expect == "alarm"]
+    healthy = [e for e in excerpts if e.expect == "quiet"]
+    return Blind(len(failures), sum(e.at_collection == "caught" for e in failures),
+                 len(healthy), sum(e.at_collection == "caught" for e in healthy))
+
+
+def blind_order(excerpts: Sequence[Excerpt]) -> list[Excerpt]:
+    """Stamped excerpts in collection order: by batch (unnamed first), then by file."""
+    stamped = [e for e in excerpts if e.at_collection]
+    return sorted(stamped, key=lambda e: (e.batch, str(e.path)))
+
+
+def blind_figures(excerpts: Sequence[Excerpt]) -> dict[str, Blind]:
+    """The blind figure overall, per batch, per kind of source, per language and over the
+    newest ``LAST_N`` blind failures."""
+    ordered = blind_order(excerpts)
+    out: dict[str, Blind] = {"all batches": _blind(ordered)}
+    for batch in sorted({e.batch for e in ordered}):
+        out[f"batch {batch or '(before batches)'}"] = _blind([e for e in ordered
+                                                              if e.batch == batch])
+    for kind in sorted({e.kind for e in ordered}):
+        out[f"kind {kind}"] = _blind([e for e in ordered if e.kind == kind])
+    for lang in sorted({e.lang for e in ordered}):
+        out[f"lang {lang}"] = _blind([e for e in ordered if e.lang == lang])
+    failures = [e for e in ordered if e.expect == "alarm"]
+    if len(failures) > LAST_N:
+        out[f"last {LAST_N} failures"] = _blind(failures[-LAST_N:])
+    return out
+
+
+def render_blind(report: Report) -> list[str]:
+    """Lines for the blind figure (at collection, before any signature changed for them)."""
+    figures = blind_figures([o.excerpt for o in report.outcomes])
+    if not figures["all batches"].failures and not figures["all batches"].healthy:
+        return []
+    lines = ["at collection (blind, before any signature was changed for them):"]
+    lines += [f"  {name:32} {fig.render()}" for name, fig in figures.items()]
+    return lines
+
+
+def _head_commit() -> str:
+    """The commit of the library doing the judging (``unknown`` outside a git checkout)."""
+    import subprocess
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=10, check=True)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--",
+                                "patterns", "daemon"], capture_output=True, text=True,
+                               timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def stamp(engine: Engine, paths: Sequence[Path], batch: str = "",
+          against: str = "") -> list[str]:
     """Write ``at_collection`` into excerpt files that do not carry it yet; refuse re-stamping.
 
     Run it once, when the excerpts are added and before patterns/ changes for them, so that the
@@ -260,7 +356,10 @@ def stamp(engine: Engine, paths: Sequence[Path]) -> list[str]:
         ok = judge(ex, detect(engine, ex.text, ex.name))
         outcome = "caught" if ok else "missed"  # for a quiet excerpt: caught = stayed quiet
         head, sep, rest = text.partition("\ntext = ")
-        path.write_text(f"{head}\nat_collection = '{outcome}'{sep}{rest}", encoding="utf-8")
+        extra = f"\nbatch = '{batch}'" if batch else ""
+        extra += f"\nstamped_against = '{against}'" if against else ""
+        path.write_text(f"{head}\nat_collection = '{outcome}'{extra}{sep}{rest}",
+                        encoding="utf-8")
         done.append(f"{outcome:7} {ex.name}")
     return done
 
@@ -272,9 +371,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--stamp", type=Path, nargs="+", default=[],
                         help="Record at_collection in these new excerpt files and exit.")
+    parser.add_argument("--batch", default="",
+                        help="With --stamp: the batch name to record (sorts in collection "
+                             "order, e.g. b1-2026-11-25).")
     args = parser.parse_args(argv)
     if args.stamp:
-        print("\n".join(stamp(build_engine(), args.stamp)))
+        if args.batch and not all(ch.isalnum() or ch in "-_." for ch in args.batch):
+            parser.error("--batch: letters, digits, '-', '_' and '.' only")
+        print("\n".join(stamp(build_engine(), args.stamp, args.batch, _head_commit())))
         return 0
     report = evaluate(build_engine(), load_corpus(args.corpus))
     print(render(report, misses=args.misses))

@@ -16,6 +16,11 @@ Batch: one deterministic generated training log (bench/corpus.py), scanned by
 Each is run ``--repeat`` times; the fastest wall time is kept. CPU seconds and peak RSS come
 from ``wait4()`` of that process.
 
+Daemon as shipped (``sigwatch run``, the full library, every detector; ``--skip-catchup``
+skips it): catch-up of the corpus as a backlog (MB/s per core, peak RSS) and CPU while the log
+grows at 1 MB/s. Scan of the full library with the detectors (``scan``'s default) and with
+``--no-detectors``, and their ratio.
+
 Daemon (``sigwatch run``, 40 signatures, pure-Python prefilter):
 - latency: append a failure line to a watched file, time until it is in the event log and
   until ``sigwatch_detections_total`` counts it on /metrics; p50/p99 over ``--probes`` appends;
@@ -271,15 +276,18 @@ def free_port() -> int:
 
 
 class Daemon:
-    def __init__(self, work: Path, watch: str, patterns: Path, name: str) -> None:
+    def __init__(self, work: Path, watch: str, patterns: Path | None, name: str,
+                 start_at: str = "end") -> None:
         self.dir = work / name
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
         self.events = self.dir / "events.jsonl"
         self.port = free_port()
+        # patterns None: the built-in library, as shipped (and every detector, the default)
         self.cmd = [PY, "-m", "sigwatch", "run", "--watch", watch, "--events", str(self.events),
                     "--state-dir", str(self.dir / "state"), "--listen", f"127.0.0.1:{self.port}",
-                    "--patterns", str(patterns), "--no-console"]
+                    *(["--patterns", str(patterns)] if patterns is not None else []),
+                    "--start-at", start_at, "--no-console"]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -321,10 +329,10 @@ class Daemon:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def rss_mb(self) -> float:
+    def rss_mb(self, field: str = "VmRSS") -> float:
         assert self.proc is not None
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
         return 0.0
 
@@ -471,6 +479,83 @@ def measure_idle_tree(work: Path, p40: Path, dirs: int, seconds: float) -> dict:
     return {"directories": made, "files": jobs, **_idle_cpu(d, jobs, 15.0, seconds)}
 
 
+def measure_catchup(work: Path, corpus: Path, lines: int) -> dict:
+    """``sigwatch run`` as shipped (full library, every detector) catching up a backlog: the
+    corpus is in the watched folder before the daemon starts (``--start-at beginning``).
+    MB/s per core is bytes over the daemon's CPU seconds from its first /metrics answer (the
+    library loaded) to the last line counted."""
+    logs = _empty_folder(work / "catchup_logs")
+    target = logs / "train.log"
+    shutil.copyfile(corpus, target)
+    size = target.stat().st_size
+    d = Daemon(work, str(logs / "*.log"), None, "daemon_catchup", start_at="beginning")
+    t_start = time.perf_counter()
+    d.start()
+    try:
+        c0, t0 = d.cpu_seconds(), time.perf_counter()
+        startup_cpu, startup_wall = c0, t0 - t_start
+        deadline = time.time() + 3600
+        while d.metric_sum("sigwatch_lines_total") < lines and time.time() < deadline:
+            time.sleep(0.2)
+        c1, t1 = d.cpu_seconds(), time.perf_counter()
+        read = d.metric_sum("sigwatch_lines_total")
+        detections = d.metric_sum("sigwatch_detections_total")
+        peak = d.rss_mb("VmHWM")
+    finally:
+        d.stop()
+    cpu = max(c1 - c0, 1e-6)
+    return {"bytes": size, "lines": lines, "lines_read": read, "detections": detections,
+            "cpu_s": round(cpu, 2), "wall_s": round(t1 - t0, 2),
+            "mb_s_per_core": round(size / cpu / 1e6, 1),
+            "mb_s_wall": round(size / max(t1 - t0, 1e-6) / 1e6, 1),
+            "startup_cpu_s": round(startup_cpu, 2), "startup_wall_s": round(startup_wall, 2),
+            "peak_rss_mb": round(peak, 1)}
+
+
+def measure_steady(work: Path, corpus: Path, rate_mb: float, seconds: float) -> dict:
+    """CPU of ``sigwatch run`` as shipped while a log grows at ``rate_mb`` MB/s (appended in
+    whole lines every 100 ms), after 10 s of settling."""
+    logs = _empty_folder(work / "steady_logs")
+    target = logs / "train.log"
+    target.write_bytes(b"")
+    d = Daemon(work, str(logs / "*.log"), None, "daemon_steady")
+    d.start()
+    step = rate_mb * 1e6 / 10
+    try:
+        d.wait_watching(1)
+        with corpus.open("rb") as src, target.open("ab") as out:
+            def feed(duration: float) -> int:
+                sent = 0
+                t0 = time.perf_counter()
+                k = 0
+                while time.perf_counter() - t0 < duration:
+                    block = src.read(int(step))
+                    if len(block) < step:
+                        src.seek(0)
+                        block += src.read(int(step) - len(block))
+                    cut = block.rfind(b"\n") + 1
+                    src.seek(cut - len(block), os.SEEK_CUR)
+                    out.write(block[:cut])
+                    out.flush()
+                    sent += cut
+                    k += 1
+                    pause = t0 + k * 0.1 - time.perf_counter()
+                    if pause > 0:
+                        time.sleep(pause)
+                return sent
+
+            feed(10.0)
+            c0, t0 = d.cpu_seconds(), time.perf_counter()
+            sent = feed(seconds)
+            c1, t1 = d.cpu_seconds(), time.perf_counter()
+        peak = d.rss_mb("VmHWM")
+    finally:
+        d.stop()
+    return {"input_mb_s": round(sent / (t1 - t0) / 1e6, 2), "seconds": round(t1 - t0, 1),
+            "cpu_percent_of_core": round((c1 - c0) / (t1 - t0) * 100, 1),
+            "peak_rss_mb": round(peak, 1)}
+
+
 def measure_memory_stream(work: Path, p40: Path, corpus: Path, total: int) -> dict:
     logs = _empty_folder(work / "stream_logs")
     target = logs / "big.log"
@@ -568,6 +653,11 @@ def main() -> int:
     ap.add_argument("--probes", type=int, default=200)
     ap.add_argument("--idle-seconds", type=float, default=30.0)
     ap.add_argument("--stream-mb", type=int, default=1024)
+    ap.add_argument("--steady-seconds", type=float, default=30.0,
+                    help="how long the shipped daemon is fed 1 MB/s for its CPU figure")
+    ap.add_argument("--skip-catchup", action="store_true",
+                    help="skip the shipped daemon's catch-up and steady 1 MB/s figures")
+    ap.add_argument("--skip-400", action="store_true", help="skip the 400-signature runs")
     ap.add_argument("--only-idle", action="store_true",
                     help="only the idle-CPU measurements (10,000 files; 20,000 folders)")
     args = ap.parse_args()
@@ -618,17 +708,26 @@ def main() -> int:
         print(f"  {name}: {r.mb_s:.1f} MB/s", flush=True)
         return r
 
-    sw40 = sw("sigwatch 40 sigs (default install)", p40, "python")
-    sw400 = sw("sigwatch 400 sigs (default install)", p400, "python")
+    # The analysis cache is warmed once (as any second start finds it); the scans below then
+    # start as a user's scan does.
+    os.environ.setdefault("SIGWATCH_CACHE_DIR", str(work / "cache"))
+    for pdir in (p40, builtin_pattern_dir()):
+        subprocess.run([*scan, "--no-detectors", "--patterns", str(pdir), os.devnull],
+                       env=sigwatch_env("python"), stdout=subprocess.DEVNULL, check=False)
+    sw40 = sw("sigwatch 40 sigs (default install)", p40, "python", ("--no-detectors",))
+    sw400 = None if args.skip_400 else sw("sigwatch 400 sigs (default install)", p400,
+                                          "python", ("--no-detectors",))
     full = builtin_pattern_dir()
     nfull = len(library.signatures)
-    sw(f"sigwatch full library ({nfull} sigs, default install)", full, "python")
-    sw("sigwatch full library + detectors (step time, stalls, novel errors, bursts)", full,
-       "python", ("--detectors",))
+    swfull = sw(f"sigwatch full library ({nfull} sigs), --no-detectors", full, "python",
+                ("--no-detectors",))
+    swdet = sw(f"sigwatch full library ({nfull} sigs) + detectors (scan's default)", full,
+               "python")
     hs40 = hs400 = None
     if hyperscan_importable():
-        hs40 = sw("sigwatch 40 sigs + hyperscan", p40, "hyperscan")
-        hs400 = sw("sigwatch 400 sigs + hyperscan", p400, "hyperscan")
+        hs40 = sw("sigwatch 40 sigs + hyperscan", p40, "hyperscan", ("--no-detectors",))
+        if not args.skip_400:
+            hs400 = sw("sigwatch 400 sigs + hyperscan", p400, "hyperscan", ("--no-detectors",))
 
     mt = None
     if not args.skip_mtail:
@@ -666,7 +765,8 @@ def main() -> int:
                                1, lines, data_size, out=work / "mtail_ascii.txt")
             runs.append(mt_ascii)
             sw40_ascii = best_of("sigwatch 40 sigs, ASCII-only copy",
-                                 [*scan, "--patterns", str(p40), str(ascii_corpus)],
+                                 [*scan, "--no-detectors", "--patterns", str(p40),
+                                  str(ascii_corpus)],
                                  args.repeat, lines, data_size, env=sigwatch_env("python"),
                                  out=work / "sigwatch_ascii.jsonl")
             runs.append(sw40_ascii)
@@ -706,24 +806,43 @@ def main() -> int:
               f" {r.extra.get('mb_s_after_startup', ''):>20}")
     print()
     ratios: dict[str, float] = {}
+    ratios["scan with detectors / without, wall (target <= 1.3)"] = swdet.wall / swfull.wall
+    ratios["scan with detectors / without, CPU (target <= 1.3)"] = swdet.cpu / swfull.cpu
+    ratios["full library / 40 sigs, wall, start-up included (target <= 1.5)"] = (
+        swfull.wall / sw40.wall)
+    ratios["full library / 40 sigs, CPU, start-up included (target <= 1.5)"] = (
+        swfull.cpu / sw40.cpu)
     if mt is not None:
         ratios["sigwatch40 / mtail40 (target >= 10)"] = sw40.lines_s / mt.lines_s
         ratios["same, on the ASCII-only copy (target >= 10)"] = (
             sw40_ascii.lines_s / mt_ascii.lines_s)
         ratios["sigwatch40 CPU-time advantage over mtail40"] = mt.cpu / sw40.cpu
-    ratios["sigwatch400 / sigwatch40 (target >= 0.33)"] = sw400.lines_s / sw40.lines_s
-    if hs40 is not None and hs400 is not None:
-        ratios["hyperscan40 / grep40 (aim >= 0.5)"] = hs40.lines_s / gr.lines_s
-        ratios["hyperscan400 / hyperscan40"] = hs400.lines_s / hs40.lines_s
+    if sw400 is not None:
+        ratios["sigwatch400 / sigwatch40 (target >= 0.33)"] = sw400.lines_s / sw40.lines_s
+    if hs40 is not None:
+        ratios["hyperscan40 / grep40 (target >= 0.5)"] = hs40.lines_s / gr.lines_s
         if mt is not None:
             ratios["hyperscan40 / mtail40"] = hs40.lines_s / mt.lines_s
-        same = (hs40.extra["detections"] == sw40.extra["detections"]
-                and hs400.extra["detections"] == sw400.extra["detections"])
+        same = hs40.extra["detections"] == sw40.extra["detections"]
+        if hs400 is not None and sw400 is not None:
+            ratios["hyperscan400 / hyperscan40"] = hs400.lines_s / hs40.lines_s
+            same = same and hs400.extra["detections"] == sw400.extra["detections"]
         ratios["hyperscan and default give the same detection counts (1 = yes)"] = float(same)
     for k, v in ratios.items():
         print(f"{k:62s} {v:8.2f}")
 
     daemon: dict[str, dict] = {}
+    if not args.skip_catchup:
+        print("\ndaemon as shipped (sigwatch run: full library, every detector):", flush=True)
+        daemon["catchup"] = measure_catchup(work, corpus, lines)
+        print(f"  catch-up:  {json.dumps(daemon['catchup'])}", flush=True)
+        daemon["steady_1mb_s"] = measure_steady(work, corpus, 1.0, args.steady_seconds)
+        print(f"  1 MB/s:    {json.dumps(daemon['steady_1mb_s'])}", flush=True)
+        c = daemon["catchup"]
+        print(f"  catch-up {c['mb_s_per_core']} MB/s per core (target >= 30), "
+              f"{c['mb_s_wall']} MB/s wall, peak RSS {c['peak_rss_mb']} MB; "
+              f"at 1 MB/s input: {daemon['steady_1mb_s']['cpu_percent_of_core']} % of a core",
+              flush=True)
     if not args.skip_daemon:
         print("\ndaemon (pure-Python prefilter, 40 signatures):", flush=True)
         daemon["latency"] = measure_latency(work, p40, args.probes)

@@ -18,14 +18,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-import prometheus_client
 import structlog
-from prometheus_client import CollectorRegistry
 
 from sigwatch import __version__
 from sigwatch.clock import Clock, SystemClock
-from sigwatch.config import Config, DetectorSettings
 from sigwatch.detectors.base import Detector
 from sigwatch.detectors.burst import BurstDetector
 from sigwatch.detectors.progress import Extractor
@@ -37,31 +35,27 @@ from sigwatch.detectors.training import (
     StepTimeDetector,
 )
 from sigwatch.errors import PatternError, SigwatchError
-from sigwatch.inputs import build_sources
 from sigwatch.model import Severity
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 from sigwatch.pipeline import Engine, Pipeline
-from sigwatch.process import EarlySignals, InstanceLock, InstanceLockedError
-from sigwatch.runtime.checkpoint import CheckpointStore
-from sigwatch.runtime.pump import Runtime
-from sigwatch.runtime.waking import FdWaker
-from sigwatch.sinks.alertmanager import AlertmanagerSink
 from sigwatch.sinks.base import Sink
-from sigwatch.sinks.console import ConsoleSink
-from sigwatch.sinks.eventlog import EventLogSink
-from sigwatch.sinks.metrics import MetricsSink
-from sigwatch.sinks.queued import QueuedSink
-from sigwatch.sources.base import Source
-from sigwatch.sources.files import FileSource, TailOptions
-from sigwatch.sources.watching import InotifyHints
-from sigwatch.telemetry.logging import configure_logging
-from sigwatch.telemetry.metrics import SelfMetrics
-from sigwatch.web.app import WebApp, register_process_collectors
-from sigwatch.web.server import WebServer, parse_listen
-from sigwatch.web.settings import exposure_warning
-from sigwatch.web.status import Liveness, RegistryStatus, signature_infos
-from sigwatch.web.store import DetectionStore, StatusPageSink
+
+# What only the daemon needs (web, sources, config models, runtime, Prometheus) is imported
+# where the daemon is built, so that ``scan`` (which builds a pipeline here too) starts fast.
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from sigwatch.config import Config, DetectorSettings
+    from sigwatch.runtime.pump import Runtime
+    from sigwatch.sinks.eventlog import EventLogSink
+    from sigwatch.sinks.queued import QueuedSink
+    from sigwatch.sources.base import Source
+    from sigwatch.sources.watching import InotifyHints
+    from sigwatch.telemetry.metrics import SelfMetrics
+    from sigwatch.web.server import WebServer
+    from sigwatch.web.status import Liveness
+    from sigwatch.web.store import DetectionStore
 
 __all__ = ["Daemon", "build_daemon", "build_pipeline", "build_runtime", "run_daemon",
            "sd_notify"]
@@ -124,9 +118,21 @@ def build_pipeline(patterns: PatternSet | Engine, sinks: Sequence[Sink], *, cloc
                     detectors=detectors, content=content)
 
 
-def build_detectors(settings: DetectorSettings, *, clock: Clock, host: str = "",
+def build_detectors(settings: DetectorSettings | None = None, *, clock: Clock, host: str = "",
                     metrics: SelfMetrics | None = None) -> list[Detector]:
-    """The detectors beyond signatures, sharing one progress reader and one template miner."""
+    """The detectors beyond signatures, sharing one progress reader and one template miner.
+
+    ``settings`` None: every detector with its defaults (what ``scan`` runs), without loading
+    the config models.
+    """
+    if settings is None:
+        reader = ProgressReader()
+        novel = NovelErrorDetector(clock, host=host, metrics=metrics)
+        return [novel,
+                StepTimeDetector(clock, reader=reader, host=host, metrics=metrics),
+                StallDetector(clock, reader=reader, host=host, metrics=metrics),
+                BadNumbersDetector(clock, reader=reader, host=host, metrics=metrics),
+                BurstDetector(clock, miner=novel.miner, host=host)]
     reader = ProgressReader([Extractor.user(e.name, e.regex) for e in settings.extractors])
     out: list[Detector] = []
     novel = NovelErrorDetector(
@@ -162,6 +168,9 @@ def build_runtime(*, sources: Sequence[Source], pipeline: Pipeline, clock: Clock
                   engine_loader: Callable[[], Engine] | None = None,
                   fsync: bool = True, notify: Callable[[str], None] | None = None) -> Runtime:
     """Sources, pipeline and the commit cycle (nothing starts yet)."""
+    from sigwatch.runtime.checkpoint import CheckpointStore
+    from sigwatch.runtime.pump import Runtime
+
     store = CheckpointStore(state_dir, fsync=fsync) if state_dir is not None else None
     return Runtime(sources=sources, pipeline=pipeline, clock=clock, store=store,
                    eventlog=eventlog, metrics=metrics, checkpoint_interval=checkpoint_interval,
@@ -220,6 +229,9 @@ class Daemon:
             self.liveness.beat()
 
     def _run(self) -> None:
+        from sigwatch.runtime.waking import FdWaker
+        from sigwatch.sources.files import FileSource, TailOptions
+
         if self.hints is not None:
             mode = self.hints.start(self.roots)
             if mode == "inotify":
@@ -280,6 +292,21 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
 
     ``extra_sinks`` are queued like the console (tests use it to plant a sink that hangs).
     """
+    import prometheus_client
+    from prometheus_client import CollectorRegistry
+
+    from sigwatch.inputs import build_sources
+    from sigwatch.sinks.alertmanager import AlertmanagerSink
+    from sigwatch.sinks.console import ConsoleSink
+    from sigwatch.sinks.eventlog import EventLogSink
+    from sigwatch.sinks.metrics import MetricsSink
+    from sigwatch.sinks.queued import QueuedSink
+    from sigwatch.sources.files import TailOptions
+    from sigwatch.sources.watching import InotifyHints
+    from sigwatch.telemetry.metrics import SelfMetrics
+    from sigwatch.web.status import Liveness
+    from sigwatch.web.store import DetectionStore, StatusPageSink
+
     clock = clock or SystemClock()
     registry = registry or CollectorRegistry(auto_describe=True)
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -377,6 +404,8 @@ def _revision() -> str:
 
 def _default_link_base(host: str, listen: str) -> str:
     """Where alert links point when ``[web] external_url`` is not set: this node's listener."""
+    from sigwatch.web.server import parse_listen
+
     port = parse_listen(listen).port
     return f"http://{host}:{port}"
 
@@ -385,6 +414,11 @@ def _build_web(config: Config, registry: CollectorRegistry, metrics: SelfMetrics
                liveness: Liveness, runtime: Runtime, store: DetectionStore | None,
                clock: Clock) -> WebServer:
     """The HTTP listener: /metrics, health, and (unless turned off) the status page."""
+    from sigwatch.web.app import WebApp, register_process_collectors
+    from sigwatch.web.server import WebServer, parse_listen
+    from sigwatch.web.settings import exposure_warning
+    from sigwatch.web.status import RegistryStatus, signature_infos
+
     register_process_collectors(registry)
     listen = parse_listen(config.listen)
     web = config.web
@@ -425,6 +459,9 @@ def run_daemon(config: Config) -> int:
     Raises ``InstanceLockedError`` (exit status 2, one line) when another daemon holds the
     state directory: checked before anything is opened or logged.
     """
+    from sigwatch.process import EarlySignals, InstanceLock, InstanceLockedError
+    from sigwatch.telemetry.logging import configure_logging
+
     early = EarlySignals.install()
     lock = InstanceLock(config.state_dir)
     lock_error = ""

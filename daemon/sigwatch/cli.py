@@ -120,9 +120,12 @@ def _parser() -> argparse.ArgumentParser:
     scan.add_argument("--add-patterns", action="append", type=Path, metavar="DIR",
                       help="Site signature folders added to the built-in library.")
     scan.add_argument("--format", choices=["text", "json"], default="text")
-    scan.add_argument("--detectors", action="store_true",
-                      help="Also run the detectors beyond signatures: step-time regressions "
-                           "(incident 004), bad numbers, bursts, novel errors.")
+    scan.add_argument("--no-detectors", dest="detectors", action="store_false",
+                      help="Signatures only: skip the detectors beyond signatures (step-time "
+                           "regressions and incident 004, bad numbers, bursts, novel errors), "
+                           "which run by default as in the daemon.")
+    scan.add_argument("--detectors", dest="detectors", action="store_true",
+                      help="DEPRECATED: the detectors run by default; kept as a no-op.")
     scan.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                       help="Colour the text output (auto: on a terminal, unless NO_COLOR).")
     scan.add_argument("--min-severity", choices=["info", "warning", "error", "critical"],
@@ -221,9 +224,8 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
     detectors = []
     if args.detectors:
         from sigwatch.app import build_detectors
-        from sigwatch.config import DetectorSettings
 
-        detectors = build_detectors(DetectorSettings(), clock=clock)
+        detectors = build_detectors(clock=clock)
     pipeline = build_pipeline(patterns, [sink], clock=clock, detectors=detectors)
     floor = Severity.parse(args.min_severity)
     shown: list[Detection] = []

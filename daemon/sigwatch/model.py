@@ -140,6 +140,7 @@ class Detection:
     about: str = ""  # what a detection without a triggering line is about ("no progress ...")
     key: str = ""  # idempotency basis for a line-less detection (e.g. the deadline it fired at)
     facts: tuple[tuple[str, str], ...] = ()  # figures a detector measured (before/after, ...)
+    owner: str = "unknown"  # whose fault: user | node | fabric | unknown
 
     @property
     def event_id(self) -> str:
@@ -180,4 +181,5 @@ class Detection:
             "host": self.host,
             "about": self.about or None,
             "facts": dict(self.facts),
+            "owner": self.owner,
         }

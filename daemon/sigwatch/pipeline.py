@@ -1,16 +1,19 @@
 """The processing core: stream events in, detections out to every sink.
 
 Used unchanged by ``sigwatch scan``, the daemon's runtime, the self-test and the bench, so all
-of them run the same engine. Work per chunk is: count the lines, let the signature prefilter and
-each detector's ``interest`` pattern jump from candidate to candidate, and run Python code only
-on those lines. Each stream is known by a handle; a detection of a line below the stream's
-replay point was delivered before a restart and is not delivered again.
+of them run the same engine. Work per chunk is: count the lines, let the signature prefilter jump
+from candidate to candidate, run ONE combined pass of every detector's interest patterns over the
+chunk, and run Python code only on the lines found. Per-line detectors get those lines one by
+one (``on_line``); per-chunk detectors (``ChunkDetector``) get the chunk once (``on_chunk``) with
+the lines their interests selected. Each stream is known by a handle; a detection of a line below
+the stream's replay point was delivered before a restart and is not delivered again.
 """
 
 from __future__ import annotations
 
 import codecs
 import dataclasses
+import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +21,15 @@ from dataclasses import dataclass, field
 import structlog
 
 from sigwatch.clock import Clock
-from sigwatch.detectors.base import Detector, LineEvent, StreamContext
+from sigwatch.detectors.base import (
+    Chunk,
+    ChunkDetector,
+    ChunkLine,
+    Detector,
+    LineEvent,
+    StreamContext,
+    interests_of,
+)
 from sigwatch.detectors.rootcause import RootCauseCorrelator
 from sigwatch.detectors.signatures import HOLD_SECONDS, SignatureDetector
 from sigwatch.engine.matcher import DEFAULT_REGEX_TIMEOUT, Matcher
@@ -31,7 +42,12 @@ from sigwatch.sinks.base import Sink
 from sigwatch.sources.base import ReplayNeed, StreamClosed, StreamEvent, StreamLines, StreamOpened
 from sigwatch.telemetry.metrics import SelfMetrics
 
-__all__ = ["HOLD_SECONDS", "Engine", "Pipeline"]
+__all__ = ["DETECTOR_MODES", "HOLD_SECONDS", "Engine", "Interests", "Pipeline"]
+
+# "chunk": per-chunk detectors get ``on_chunk`` (the default); "line": every detector gets
+# ``on_line`` for each line, as before per-chunk detectors existed (the reference the
+# equivalence test compares the chunk path with).
+DETECTOR_MODES = ("chunk", "line")
 
 log = structlog.get_logger("sigwatch.pipeline")
 
@@ -102,6 +118,101 @@ class _Recent:
         return out
 
 
+class Interests:
+    """Every detector's interest patterns, folded into one pass over a chunk.
+
+    Patterns are deduplicated (two detectors reading progress lines share one); each gets a
+    bit. ``scan`` returns, for each line some pattern selects, its end and the bits of every
+    pattern that selects it: one ``re`` search over the chunk finds the next selected line, and
+    only on that line are the patterns told apart.
+    """
+
+    def __init__(self, patterns: Sequence[re.Pattern[bytes]]) -> None:
+        self.patterns: list[re.Pattern[bytes]] = []
+        index: dict[tuple[bytes, int], int] = {}
+        for pat in patterns:
+            key = (pat.pattern, pat.flags)
+            if key not in index:
+                index[key] = len(self.patterns)
+                self.patterns.append(pat)
+        self._index = index
+        self.combined: re.Pattern[bytes] | None = None
+        if len(self.patterns) > 1:
+            # Joined flat, not each in a group: an alternation whose every branch starts with
+            # a literal byte lets ``re`` skip from candidate byte to candidate byte in C; a
+            # group around a branch would make it try every position.
+            flags = {p.flags for p in self.patterns}
+            try:
+                if len(flags) == 1:
+                    self.combined = re.compile(b"|".join(p.pattern for p in self.patterns),
+                                               flags.pop())
+            except re.error:  # global inline flags in a user pattern: one pass each
+                self.combined = None
+        elif self.patterns:
+            self.combined = self.patterns[0]
+
+    def mask(self, patterns: Sequence[re.Pattern[bytes]]) -> int:
+        bits = 0
+        for pat in patterns:
+            bits |= 1 << self._index[(pat.pattern, pat.flags)]
+        return bits
+
+    def scan(self, data: bytes) -> dict[int, list[int]]:
+        """Line start -> [line end, bits of the patterns that select the line]."""
+        found: dict[int, list[int]] = {}
+        patterns = self.patterns
+        if not patterns:
+            return found
+        combined = self.combined
+        size = len(data)
+        if combined is None:  # patterns that cannot be joined: one pass each
+            for bit, pattern in enumerate(patterns):
+                self._one(pattern, 1 << bit, data, found)
+            return found
+        single = len(patterns) == 1
+        search = combined.search
+        pos = 0
+        while True:  # one hit per line: continue from the end of the line hit
+            hit = search(data, pos)
+            if hit is None:
+                break
+            at = hit.start()
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            if end == -1:
+                end = size - 1
+            if single:
+                bits = 1
+            else:
+                bits = 0
+                for bit, pattern in enumerate(patterns):
+                    if pattern.search(data, at, end + 1) is not None:
+                        bits |= 1 << bit
+            found[start] = [end, bits]
+            pos = end + 1
+        return found
+
+    @staticmethod
+    def _one(pattern: re.Pattern[bytes], bit: int, data: bytes,
+             found: dict[int, list[int]]) -> None:
+        pos = 0
+        while True:
+            hit = pattern.search(data, pos)
+            if hit is None:
+                break
+            at = hit.start()
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            if end == -1:
+                end = len(data) - 1
+            entry = found.get(start)
+            if entry is None:
+                found[start] = [end, bit]
+            else:
+                entry[1] |= bit
+            pos = end + 1
+
+
 class Pipeline:
     """Stream events → framing checks → match → detectors → root cause → sinks."""
 
@@ -115,9 +226,13 @@ class Pipeline:
         host: str = "",
         detectors: Sequence[Detector] = (),
         content: Mapping[str, str] | None = None,
+        detector_mode: str = "chunk",
     ) -> None:
         """``content``: source name -> what its streams hold (``kernel``/``job``/``mixed``)
-        when the stream's kind does not say it (see ``sigwatch.patterns.kinds``)."""
+        when the stream's kind does not say it (see ``sigwatch.patterns.kinds``).
+        ``detector_mode``: see ``DETECTOR_MODES``."""
+        if detector_mode not in DETECTOR_MODES:
+            raise ValueError(f"unknown detector mode {detector_mode!r}; one of {DETECTOR_MODES}")
         self.engine = engine
         self.content = dict(content or {})
         self._allowed: dict[str, frozenset[str] | None] = {}
@@ -130,8 +245,25 @@ class Pipeline:
             lineno_of=self._lineno_of)
         self.detectors: list[Detector] = [self.signatures, *detectors]
         self.extra: list[Detector] = list(detectors)
-        self._interests = [(i, d.interest) for i, d in enumerate(self.detectors)
-                           if d.interest is not None]
+        # Detectors fed per chunk; the others get each line they want through on_line.
+        self._chunked: list[tuple[int, ChunkDetector]] = [
+            (i, d) for i, d in enumerate(self.detectors)
+            if detector_mode == "chunk" and isinstance(d, ChunkDetector)]
+        chunked = {i for i, _d in self._chunked}
+        wants = [interests_of(d) if i in chunked else
+                 ((d.interest,) if d.interest is not None else ())
+                 for i, d in enumerate(self.detectors)]
+        self.interests = Interests([p for want in wants for p in want])
+        # Per detector: the bits of its interests in ``self.interests``.
+        self._masks = [self.interests.mask(want) for want in wants]
+        self._line_detectors = [(i, d) for i, d in enumerate(self.detectors) if i not in chunked]
+        self._line_mask = 0
+        self._chunk_mask = 0
+        for i in range(len(self.detectors)):
+            if i in chunked:
+                self._chunk_mask |= self._masks[i]
+            else:
+                self._line_mask |= self._masks[i]
         self.correlator = RootCauseCorrelator(engine.patterns)
         self._streams: dict[int, _Stream] = {}
         self._next_handle = -1  # scans allocate negative handles; sources use positive ones
@@ -309,7 +441,12 @@ class Pipeline:
         prefilter = engine.prefilter
         base_lineno = stream.lineno
         out: list[Detection] = []
-        wanted = self._wanted(data) if self._interests else None
+        selected = self.interests.scan(data) if self.interests.patterns else {}
+        line_mask = self._line_mask
+        wanted = ({start: (entry[0], entry[1]) for start, entry in selected.items()
+                   if entry[1] & line_mask} if line_mask else {})
+        matched: dict[int, dict[int, tuple[Match, ...]]] | None = (
+            {} if self._chunked else None)
         seg_time: float | None = getattr(seg, "time", None)  # journal, kmsg, container logs
         if prefilter.filters_everything:
             candidates: Iterable[tuple[int, int, Sequence[tuple[int, int]]]]
@@ -321,7 +458,7 @@ class Pipeline:
                 lineno += data.count(b"\n", counted_to, start) + 1
                 counted_to = end + 1
                 out.extend(self._line(stream, data, seg.offset, start, end, lineno, steps,
-                                      wanted.get(start) if wanted else None, seg_time))
+                                      wanted.get(start), seg_time, matched))
         else:
             hits = {start: steps for start, _end, steps in prefilter.candidates(data)}
             forced = frozenset(prefilter.forced)
@@ -332,40 +469,57 @@ class Pipeline:
                 extra = hits.get(start)
                 steps = tuple(sorted(forced.union(extra))) if extra else prefilter.forced
                 out.extend(self._line(stream, data, seg.offset, start, end, lineno, steps,
-                                      wanted.get(start) if wanted else None, seg_time))
+                                      wanted.get(start), seg_time, matched))
                 start = end + 1
         stream.lineno = base_lineno + count
+        if matched is not None:
+            out.extend(self._chunk(stream, data, seg.offset, base_lineno, selected, matched,
+                                   seg_time))
         if engine.max_context:
             _remember_tail(stream.tail, data, engine.max_context)
         return out
 
-    def _wanted(self, data: bytes) -> dict[int, tuple[int, set[int]]]:
-        """Line start -> (line end, indexes of detectors whose interest selects the line)."""
-        wanted: dict[int, tuple[int, set[int]]] = {}
-        for index, pattern in self._interests:
-            assert pattern is not None
-            pos = 0
-            while True:  # one hit per line: continue from the end of the line hit
-                hit = pattern.search(data, pos)
-                if hit is None:
-                    break
-                at = hit.start()
-                start = data.rfind(b"\n", 0, at) + 1
-                end = data.find(b"\n", at)
-                if end == -1:
-                    end = len(data) - 1
-                entry = wanted.get(start)
-                if entry is None:
-                    wanted[start] = (end, {index})
-                else:
-                    entry[1].add(index)
-                pos = end + 1
-        return wanted
+    def _chunk(self, stream: _Stream, data: bytes, base: int, base_lineno: int,
+               selected: dict[int, list[int]], matched: dict[int, dict[int, tuple[Match, ...]]],
+               seg_time: float | None) -> list[Detection]:
+        """Hand the chunk to every per-chunk detector: the lines their interests selected
+        and the lines signatures matched, each decoded at most once."""
+        chunk_mask = self._chunk_mask
+        starts = [s for s, entry in selected.items() if entry[1] & chunk_mask]
+        if matched:
+            starts = sorted(set(starts).union(matched))
+        elif not starts:
+            return []
+        else:
+            starts.sort()
+        lines: list[ChunkLine] = []
+        counted_to, lineno = 0, base_lineno
+        count = data.count
+        size = len(data)
+        for start in starts:
+            lineno += count(b"\n", counted_to, start) + 1
+            entry = selected.get(start)
+            if entry is not None:
+                end, bits = entry[0], entry[1] & chunk_mask
+            else:
+                end = data.find(b"\n", start)
+                end, bits = (size if end == -1 else end), 0
+            counted_to = end + 1
+            lines.append(ChunkLine(start, end, lineno, base + start, bits,
+                                   matched.get(start) or {}))
+        chunk = Chunk(stream.ctx, data, lines, stream.replay_below, seg_time,
+                      self.interests.mask)
+        out: list[Detection] = []
+        for index, detector in self._chunked:
+            out.extend(self._deliver(stream, detector.on_chunk(chunk, self._masks[index])))
+        return out
 
     def _line(self, stream: _Stream, data: bytes, base: int, start: int, end: int,
               lineno: int, steps: Sequence[tuple[int, int]],
-              interested: tuple[int, set[int]] | None,
-              seg_time: float | None = None) -> list[Detection]:
+              interested: tuple[int, int] | None,
+              seg_time: float | None = None,
+              matched: dict[int, dict[int, tuple[Match, ...]]] | None = None,
+              ) -> list[Detection]:
         raw = data[start:end].decode("utf-8", "replace")
         out: list[Detection] = []
         engine = self.engine
@@ -377,6 +531,8 @@ class Pipeline:
             matches: tuple[Match, ...] = tuple(engine.matcher.match(line, steps)) if steps else ()
             if matches and allowed is not None:
                 matches = tuple(m for m in matches if m.signature in allowed)
+            if matches and matched is not None:
+                matched.setdefault(start, {})[part] = matches
             if not matches and interested is None:
                 continue
             if seg_time is None:
@@ -389,8 +545,10 @@ class Pipeline:
                     matches = tuple(dataclasses.replace(m, line=line) for m in matches)
             event = LineEvent(stream.ctx, line, matches, recent,
                               replaying=line.offset < stream.replay_below)
-            for index, detector in enumerate(self.detectors):
-                if matches or (interested is not None and index in interested[1]):
+            bits = interested[1] if interested is not None else 0
+            masks = self._masks
+            for index, detector in self._line_detectors:
+                if matches or masks[index] & bits:
                     out.extend(self._deliver(stream, detector.on_line(event)))
         return out
 
@@ -428,7 +586,7 @@ class Pipeline:
 
 
 def _merge(candidates: Iterable[tuple[int, int, Sequence[tuple[int, int]]]],
-           wanted: dict[int, tuple[int, set[int]]],
+           wanted: dict[int, tuple[int, int]],
            ) -> list[tuple[int, int, Sequence[tuple[int, int]]]]:
     """Signature candidates plus the lines detectors asked for, in line order."""
     merged: dict[int, tuple[int, Sequence[tuple[int, int]]]] = {

@@ -16,7 +16,7 @@ def _scan(capsys, *args: str) -> list[dict[str, object]]:
 
 
 def test_the_slowdown_is_detected_as_incident_004_with_its_fix(capsys) -> None:
-    found = _scan(capsys, "--detectors")
+    found = _scan(capsys)  # the detectors run by default, as in the daemon
 
     regression = [d for d in found if d["signature"] == "step_time_regression"]
     assert 1 == len(regression)
@@ -37,7 +37,14 @@ def test_the_platform_note_is_said_once_per_stream(capsys) -> None:
     assert "info" == notes[0]["severity"]
 
 
+def test_the_old_detectors_flag_is_accepted_and_changes_nothing(capsys) -> None:
+    def untimed(found: list[dict[str, object]]) -> list[dict[str, object]]:
+        return [{k: v for k, v in d.items() if k != "time"} for d in found]
+
+    assert untimed(_scan(capsys)) == untimed(_scan(capsys, "--detectors"))
+
+
 def test_without_detectors_only_the_platform_note_is_reported(capsys) -> None:
-    found = _scan(capsys)
+    found = _scan(capsys, "--no-detectors")
 
     assert {"rocm_mi300_miopen_platform"} == {d["signature"] for d in found}

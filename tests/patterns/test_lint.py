@@ -11,6 +11,7 @@ GOOD = """
 id = "{id}"
 title = "Good One"
 severity = "error"
+owner = "user"
 description = "Detects a good one."
 falsepositives = ["Unlikely"]
 references = ["https://example.org/issue/1"]
@@ -101,6 +102,28 @@ class TestLintCatches:
         root = write_pattern("good_one", text)
 
         assert "P012" in _codes(root)
+
+    def test_error_without_owner_is_caught(self, write_pattern: Callable) -> None:
+        """An error or critical signature must say whose fault it is (P015)."""
+        text = GOOD.format(id="good_one", regex="boom happened", text="boom happened")
+        root = write_pattern("good_one", text.replace('owner = "user"\n', ""))
+
+        assert ["P015"] == _codes(root)
+
+    def test_warning_without_owner_is_clean(self, write_pattern: Callable) -> None:
+        """Below error the owner may be left out; it then reads as unknown."""
+        text = GOOD.format(id="good_one", regex="boom happened", text="boom happened")
+        root = write_pattern("good_one", text.replace('owner = "user"\n', "").replace(
+            'severity = "error"', 'severity = "warning"'))
+
+        assert [] == _codes(root)
+
+    def test_owner_outside_the_closed_set_is_a_schema_error(
+            self, write_pattern: Callable) -> None:
+        text = GOOD.format(id="good_one", regex="boom happened", text="boom happened")
+        root = write_pattern("good_one", text.replace('owner = "user"', 'owner = "gpu"'))
+
+        assert ["P001"] == _codes(root)
 
     def test_id_must_equal_file_name(self, write_pattern: Callable) -> None:
         """The file is found by its id."""

@@ -90,6 +90,54 @@ class TestCorpusShape:
             recall.stamp(engine, [new])
 
 
+    def test_stamp_records_the_batch_and_the_library_commit(self, tmp_path: Path,
+                                                            library) -> None:  # noqa: ANN001
+        """A stamped excerpt says which batch it came in and which library judged it."""
+        new = tmp_path / "ascend" / "new.toml"
+        new.parent.mkdir()
+        new.write_text("url = 'https://example.org/2'\nkind = 'blog'\nlang = 'zh'\n"
+                       "class = 'c'\nexpect = 'quiet'\ntext = \'\'\'\n训练正常\n\'\'\'\n",
+                       encoding="utf-8")
+
+        recall.stamp(recall.build_engine(library), [new], "b7-x", "abc123")
+
+        [excerpt] = recall.load_corpus(tmp_path)
+        assert ("caught", "b7-x", "abc123", "zh") == (
+            excerpt.at_collection, excerpt.batch, excerpt.stamped_against, excerpt.lang)
+
+    def test_blind_figures_by_batch_kind_language_and_the_newest_failures(
+            self, tmp_path: Path) -> None:
+        """Batches sort in collection order; 'last N' takes the newest blind failures."""
+        def excerpt(name: str, batch: str, outcome: str, kind: str = "issue",
+                    lang: str = "en", expect: str = "alarm") -> recall.Excerpt:
+            return recall.Excerpt(tmp_path / f"{name}.toml", "https://e.org", kind, "c", expect,
+                                  (), "t", outcome, lang, batch, "")
+        old = [excerpt(f"o{i}", "", "missed") for i in range(recall.LAST_N)]
+        new = [excerpt(f"n{i:03}", "b2", "caught", kind="blog", lang="zh")
+               for i in range(recall.LAST_N)]
+        quiet = [excerpt("q", "b2", "caught", expect="quiet")]
+        unstamped = [excerpt("u", "", "")]
+
+        figures = recall.blind_figures(old + new + quiet + unstamped)
+
+        assert (2 * recall.LAST_N, recall.LAST_N) == (figures["all batches"].failures,
+                                                      figures["all batches"].caught)
+        assert 1.0 == figures[f"last {recall.LAST_N} failures"].recall
+        assert 0.0 == figures["batch (before batches)"].recall
+        assert (1, 1) == (figures["batch b2"].healthy, figures["batch b2"].quiet)
+        assert recall.LAST_N == figures["lang zh"].caught
+        assert recall.LAST_N == figures["kind blog"].failures
+
+    def test_lang_outside_the_known_set_is_an_error_naming_the_file(
+            self, tmp_path: Path) -> None:
+        bad = tmp_path / "x" / "bad.toml"
+        bad.parent.mkdir()
+        bad.write_text("url = 'https://e.org'\nkind = 'issue'\nlang = 'chinese'\n"
+                       "class = 'c'\nexpect = 'alarm'\ntext = 'boom'\n", encoding="utf-8")
+
+        with pytest.raises(ValueError, match=r"bad\.toml: lang must be one of"):
+            recall.load_corpus(tmp_path)
+
 class TestRecall:
     def test_overall_recall_meets_the_recorded_floor(self, report) -> None:  # noqa: ANN001
         """Caught failures / failure excerpts is at least EXPECTED.toml's figure."""

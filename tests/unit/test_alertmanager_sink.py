@@ -92,7 +92,7 @@ def test_a_paging_detection_is_posted_to_every_replica_with_bounded_labels_and_t
     assert [AM1 + "/api/v2/alerts", AM2 + "/api/v2/alerts"] == [u for u, _ in am.posts]
     [alert] = am.posts[0][1]
     assert {"alertname": ALERTNAME, "signature": "nccl_watchdog_timeout", "severity": "error",
-            "node": "gpu-node-7", "source": "training"} == alert["labels"]
+            "owner": "unknown", "node": "gpu-node-7", "source": "training"} == alert["labels"]
     notes = alert["annotations"]
     assert "NCCL Watchdog Collective Timeout on gpu-node-7" == notes["summary"]
     assert NCCL_LINE == notes["line"]

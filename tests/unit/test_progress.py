@@ -83,3 +83,22 @@ class TestUserExtractors:
         """A typo in a group name is a config error, not a silently ignored figure."""
         with pytest.raises(ValueError, match="unknown group"):
             Extractor.user("bad", r"step (?P<stpe>\d+)")
+
+
+def test_field_scan_finds_what_a_full_finditer_finds() -> None:
+    """The key-word skipping field scan yields exactly ``_FIELD_RE.finditer``'s matches."""
+    import random  # noqa: PLC0415
+
+    from sigwatch.detectors.progress import _FIELD_RE, _field_matches  # noqa: PLC0415
+
+    words = ["loss", "LOSS", "Loss", "norm", "grad", "gradient", "training", "train", "lm",
+             "scale", "_", " ", "'", '"', ":", "=", "1.5", "nan", "inf", "-2e3", "x", "/", ".",
+             "val", "eval/", "grad_norm", "grad norm", "gradnorm", "loss_scale", "lm loss",
+             "training_loss", "'loss'", "0", "|", ",", "{", "lossnorm", "normloss", "é"]
+    rng = random.Random(1)
+    for _ in range(20_000):
+        text = "".join(rng.choice(words) for _ in range(rng.randrange(1, 14)))
+        expected = [(m.span(), m.group("key"), m.group("val")) for m in _FIELD_RE.finditer(text)]
+
+        assert expected == [(m.span(), m.group("key"), m.group("val"))
+                            for m in _field_matches(text)], text

@@ -3,7 +3,7 @@
 Codes are stable so they can be referred to: P001 schema, P002 identity, P003 regex, P004
 examples cover every step, P005 keywords honest, P006 catastrophic backtracking, P007 anchoring,
 P008 wording, P009 references, P010 labels, P011 remediation, P012 examples pass, P013 source
-kinds.
+kinds, P015 owner.
 """
 
 from __future__ import annotations
@@ -156,6 +156,9 @@ def _lint_signature(sig: CompiledSignature, strict: bool) -> list[Finding]:
         add("P013", "sources", "a kind is listed twice")
     if sig.severity.label in ("error", "critical") and not sig.remediation.summary:
         add("P011", "remediation.summary", "error and critical signatures must carry the fix")
+    if sig.severity.label in ("error", "critical") and getattr(sig.raw, "owner", None) is None:
+        add("P015", "owner", "error and critical signatures must say whose fault it is: "
+            "user, node, fabric or unknown (a node-owned fault may drain the node)")
     return out
 
 

@@ -9,6 +9,13 @@ selects, and hands every detector:
   extractor wants progress lines), so nothing slow runs on every line;
 - ``tick(now)`` when ``next_deadline`` has passed (a stall needs no input line at all).
 
+A detector may instead work per chunk (``ChunkDetector``): it names the byte patterns it wants
+in ``interests`` and gets ``on_chunk(chunk, mask)`` once per chunk of whole lines, with the lines
+its interests selected (and the lines signatures matched) in ``chunk.select(mask)``. The runtime
+folds every detector's interests into one pass over the chunk; a line is decoded and normalised
+at most once whatever the number of detectors that read it (``Chunk.parts``), and results that
+several detectors share (parsed progress records) are cached on the chunk (``Chunk.cache``).
+
 Detectors return detections; they never write to sinks. State that replay cannot rebuild
 (a deadline, a learned baseline) goes into ``snapshot``/``restore`` and the checkpoint.
 """
@@ -16,13 +23,15 @@ Detectors return detections; they never write to sinks. State that replay cannot
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
+from sigwatch.framing.normalize import normalize, normalize_line
 from sigwatch.model import Detection, LogLine, Match, StreamInfo
 
-__all__ = ["Detector", "LineEvent", "RecentLines", "StreamContext"]
+__all__ = ["Chunk", "ChunkDetector", "ChunkLine", "Detector", "LineEvent", "Part",
+           "RecentLines", "StreamContext", "interests_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +110,118 @@ class Detector(Protocol):
     def restore(self, state: object) -> None:
         """Take back what ``snapshot`` returned before a restart."""
         ...
+
+
+# -- per-chunk detectors --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One visible part of a raw line (a ``\\r`` rewrite makes several): its rank and text."""
+
+    rank: str | None
+    text: str
+
+
+@dataclass(slots=True)
+class ChunkLine:
+    """One line of a chunk that some detector's interest selected or a signature matched.
+
+    ``start``/``end``: the line's bytes are ``chunk.data[start:end]``; ``interests``: bit ``i``
+    is set when interest ``i`` of the pipeline selected it; ``matches``: part index -> the
+    signature steps that matched that part (empty for most lines).
+    """
+
+    start: int
+    end: int
+    lineno: int
+    offset: int
+    interests: int = 0
+    matches: dict[int, tuple[Match, ...]] = field(default_factory=dict)
+
+
+class Chunk:
+    """Whole lines of one stream read together, as the per-chunk detectors see them.
+
+    Lines are decoded, split and normalised only when a detector asks (``parts``), once;
+    a line's own time (its timestamp) is parsed only when asked (``time``), once.
+    """
+
+    __slots__ = ("_parts", "_select", "_times", "cache", "data", "lines", "mask",
+                 "replay_below", "seg_time", "stream")
+
+    def __init__(self, stream: StreamContext, data: bytes, lines: list[ChunkLine],
+                 replay_below: int, seg_time: float | None = None,
+                 mask: Callable[[Sequence[re.Pattern[bytes]]], int] | None = None) -> None:
+        """``mask``: the bits ``ChunkLine.interests`` uses for given interest patterns."""
+        self.mask = mask or (lambda _patterns: 0)
+        self.stream = stream
+        self.data = data
+        self.lines = lines
+        self.replay_below = replay_below
+        self.seg_time = seg_time
+        self.cache: dict[object, object] = {}
+        self._parts: dict[int, list[Part]] = {}
+        self._times: dict[int, list[float | None]] = {}
+        self._select: dict[int, list[ChunkLine]] = {}
+
+    def select(self, mask: int) -> list[ChunkLine]:
+        """Lines with any of the ``mask`` interests, or with a signature match, in order."""
+        found = self._select.get(mask)
+        if found is None:
+            found = [ln for ln in self.lines if ln.interests & mask or ln.matches]
+            self._select[mask] = found
+        return found
+
+    def raw(self, line: ChunkLine) -> str:
+        return self.data[line.start:line.end].decode("utf-8", "replace")
+
+    def parts(self, line: ChunkLine) -> list[Part]:
+        """The line's visible parts (ANSI removed, ``\\r`` split, launcher prefix cut)."""
+        found = self._parts.get(line.start)
+        if found is None:
+            found = [Part(rank, text) for rank, text in normalize(self.raw(line))]
+            self._parts[line.start] = found
+        return found
+
+    def time(self, line: ChunkLine, part: int) -> float | None:
+        """The log's own time of one part: the segment's, or the line prefix's timestamp."""
+        if self.seg_time is not None:
+            return self.seg_time
+        found = self._times.get(line.start)
+        if found is None:
+            found = [n.time for n in normalize_line(self.raw(line))]
+            self._times[line.start] = found
+        return found[part] if part < len(found) else None
+
+    def replaying(self, line: ChunkLine) -> bool:
+        return line.offset < self.replay_below
+
+
+@runtime_checkable
+class ChunkDetector(Protocol):
+    """A detector fed per chunk of whole lines instead of per line (see the module doc).
+
+    It keeps the rest of ``Detector`` (open, close, tick, state); ``on_line`` stays for
+    drivers that feed one line at a time and must give the same detections.
+    """
+
+    name: str
+
+    @property
+    def interests(self) -> tuple[re.Pattern[bytes], ...]:
+        """Bytes regexes; a line any of them finds is given to ``on_chunk``."""
+        ...
+
+    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        """Take the lines ``chunk.select(mask)`` returns; return what they complete."""
+        ...
+
+
+def interests_of(detector: object) -> tuple[re.Pattern[bytes], ...]:
+    """A detector's interest patterns: ``interests`` when it has them, else ``interest``."""
+    many = getattr(detector, "interests", None)
+    if many is not None:
+        return tuple(many)
+    one = getattr(detector, "interest", None)
+    return (one,) if one is not None else ()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -271,9 +271,76 @@ def _timing(m: dict[str, str | None]) -> tuple[float | None, float | None]:
     return step_time, (parse_number(throughput_s) if throughput_s else None)
 
 
+# Where a match of _FIELD_RE can start, relative to its key word ("loss" or "norm"): the
+# literal (lower case) that must stand between the start and the key word, longest first,
+# each also with a quote in front (one character earlier).
+_LOSS_LEADS = ("training ", "training_", "train ", "train_", "lm ", "")
+_NORM_LEADS = ("gradient ", "gradient_", "gradient", "grad ", "grad_", "grad")
+_FIELD_NAMES = 3  # loss, grad_norm, loss_scale: once all are found, later ones change nothing
+
+
+def _starts(low: str, key: int, leads: tuple[str, ...], pos: int) -> list[int]:
+    """Candidate match starts for the key word at ``key``, in non-decreasing order (the
+    leads are longest first, so each start is after the one before)."""
+    out: list[int] = []
+    for lead in leads:
+        x = key - len(lead)
+        if x < pos or not low.startswith(lead, x):
+            continue
+        if x - 1 >= pos and low[x - 1] in "'\"":
+            out.append(x - 1)
+        out.append(x)
+    return out
+
+
+def _field_matches(text: str) -> Iterator[re.Match[str]]:
+    """``_FIELD_RE.finditer(text)`` without trying every position of a long ASCII line.
+
+    Every match holds "loss" or "norm" (any case) after one of a few literal leads, so for
+    each such key word, in order, the regex is tried only where a match could start; the
+    first start that matches is the leftmost match (a lead holds no key word, so the starts
+    of a later key word are never before those of an earlier one).
+    """
+    if not text.isascii():
+        yield from _FIELD_RE.finditer(text)
+        return
+    low = text.lower()
+    pos = 0
+    match = _FIELD_RE.match
+    find = low.find
+    a = find("loss")
+    b = find("norm")
+    while a != -1 or b != -1:
+        if b == -1 or (a != -1 and a < b):
+            key, leads = a, _LOSS_LEADS
+        else:
+            key, leads = b, _NORM_LEADS
+        found = None
+        for x in _starts(low, key, leads, pos):
+            found = match(text, x)
+            if found is not None:
+                break
+        if found is not None:
+            yield found
+            pos = found.end()
+        else:
+            pos = max(pos, key)
+        nxt = max(pos, key + 1)
+        if key == a:
+            a = find("loss", nxt)
+            if b != -1 and b < pos:
+                b = find("norm", pos)
+        else:
+            b = find("norm", nxt)
+            if a != -1 and a < pos:
+                a = find("loss", pos)
+
+
 def _fields(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
-    for m in _FIELD_RE.finditer(text):
+    for m in _field_matches(text):
+        if len(out) == _FIELD_NAMES:
+            break
         key = m.group("key").lower().replace("_", " ")
         if "scale" in key:
             name = "loss_scale"

@@ -22,6 +22,13 @@ the rank and the extractor, so ``snapshot``/``restore`` carries it across a rest
 
 Restart rule shared by all: after ``restore``, lines of a stream at or below the offset the
 snapshot had reached are not counted again (the runtime may re-read or replay them).
+
+All three work per chunk (``on_chunk``): the runtime's one interest pass selects the chunk's
+progress lines, the shared reader parses each once (cached on the chunk), and each detector
+walks the parsed records with no line or event objects. The stall detector reads a line's own
+timestamp only for the records whose intervals it keeps (the last ones of the chunk), and all
+lines of one chunk arrive at one monotonic instant. ``on_line`` remains for drivers that feed
+lines one by one; both give the same detections (tests/unit/test_detector_equivalence.py).
 """
 
 from __future__ import annotations
@@ -30,44 +37,134 @@ import math
 import re
 import statistics
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sigwatch.clock import Clock
-from sigwatch.detectors.base import LineEvent, StreamContext
-from sigwatch.detectors.progress import Extractor, Progress, ProgressParser
-from sigwatch.model import Detection, LogLine, Remediation, Severity, StreamInfo
+from sigwatch.detectors.base import Chunk, ChunkLine, LineEvent, Part, StreamContext
+from sigwatch.detectors.progress import Extractor, Progress, ProgressParser, literal_interest
+from sigwatch.model import Detection, LogLine, Match, Remediation, Severity, StreamInfo
 from sigwatch.telemetry.metrics import SelfMetrics
 
 __all__ = [
     "INCIDENT_004_REMEDIATION",
     "BadNumbersDetector",
+    "LastProgress",
     "ProgressReader",
     "StallDetector",
     "StepTimeDetector",
 ]
 
+# Whose fault each detection of this module is: bad numbers come from the job's own training
+# configuration; a slowdown or a stall may be the node's or the job's, so it is not known.
+OWNER_OF = {"training_nonfinite": "user", "training_loss_scale_minimum": "user"}
+
 MAX_SERIES = 1000
 
 
+@dataclass(frozen=True, slots=True)
+class LastProgress:
+    """The last progress line parsed on a stream (for readers such as per-rank facts)."""
+
+    offset: int
+    lineno: int
+    rank: str | None
+    text: str
+    progress: Progress
+
+
 class ProgressReader:
-    """One ``ProgressParser`` shared by the training detectors; parses each line once."""
+    """One ``ProgressParser`` shared by the training detectors; parses each line once.
+
+    ``last(stream_key)`` is the last progress record parsed on a stream, so that other readers
+    need no second parse.
+    """
 
     def __init__(self, extractors: Iterable[Extractor] = (), *, builtin: bool = True) -> None:
         self.parser = ProgressParser(extractors, builtin=builtin)
         self._line: LogLine | None = None
         self._progress: Progress | None = None
+        self._last: OrderedDict[str, LastProgress] = OrderedDict()
 
     @property
     def interest(self) -> re.Pattern[bytes]:
         return self.parser.interest
 
+    def last(self, stream_key: str) -> LastProgress | None:
+        return self._last.get(stream_key)
+
+    def _remember(self, key: str, record: LastProgress) -> None:
+        self._last[key] = record
+        self._last.move_to_end(key)
+        while len(self._last) > MAX_SERIES:
+            self._last.popitem(last=False)
+
     def read(self, line: LogLine) -> Progress | None:
         if line is not self._line:
             self._line = line
             self._progress = self.parser.parse(line.text)
+            if self._progress is not None:
+                self._remember(line.stream.key, LastProgress(
+                    line.offset, line.lineno, line.rank, line.text, self._progress))
         return self._progress
+
+    def read_part(self, chunk: Chunk, line: ChunkLine, part: int, text: str) -> Progress | None:
+        """The progress one part of a chunk's line reports, parsed once per chunk."""
+        parsed = chunk.cache.get(self)
+        if not isinstance(parsed, _Parsed):
+            parsed = chunk.cache[self] = _Parsed()
+        key = (line.start, part)
+        cache = parsed.records
+        if key in cache:
+            return cache[key]
+        found = cache[key] = self.parser.parse(text)
+        if found is not None and (parsed.last is None or parsed.last[0] <= key):
+            parsed.last = (key, line, part, text, found)
+        return found
+
+    def chunk_done(self, chunk: Chunk) -> None:
+        """Remember the chunk's last parsed record for its stream (idempotent)."""
+        parsed = chunk.cache.get(self)
+        if not isinstance(parsed, _Parsed) or parsed.last is None:
+            return
+        _key, line, part, text, progress = parsed.last
+        rank = chunk.parts(line)[part].rank
+        self._remember(chunk.stream.info.key,
+                       LastProgress(line.offset, line.lineno, rank, text, progress))
+
+
+@dataclass(slots=True)
+class _Parsed:
+    """What a reader parsed in one chunk: (line start, part) -> progress, and the last one."""
+
+    records: dict[tuple[int, int], Progress | None] = field(default_factory=dict)
+    last: tuple[tuple[int, int], ChunkLine, int, str, Progress] | None = None
+
+
+def _delivered(chunk: Chunk, mask: int,
+               confirm: tuple[int, re.Pattern[bytes]] | None = None,
+               ) -> Iterator[tuple[ChunkLine, int, Part]]:
+    """The parts a per-line detector with interests ``mask`` would have been given, in order:
+    every part of a line its interests select, the matched parts of the other lines.
+
+    ``confirm`` (bits, exact pattern): a line selected by those bits alone (a cheap literal
+    gate) counts as selected only if the exact pattern finds it too.
+    """
+    for line in chunk.select(mask):
+        parts = chunk.parts(line)
+        wanted = line.interests & mask
+        if wanted and confirm is not None and not wanted & ~confirm[0]:
+            data = chunk.data
+            if confirm[1].search(data, line.start, line.end + 1) is None:
+                wanted = 0
+        if wanted:
+            for k, part in enumerate(parts):
+                yield line, k, part
+        else:
+            for k in sorted(line.matches):
+                if k < len(parts):
+                    yield line, k, parts[k]
 
 
 class _Base:
@@ -89,6 +186,10 @@ class _Base:
     def interest(self) -> re.Pattern[bytes] | None:
         return self.reader.interest
 
+    @property
+    def interests(self) -> tuple[re.Pattern[bytes], ...]:
+        return (self.reader.interest,)
+
     def replay_floor(self, handle: int) -> tuple[int, int] | None:
         return None
 
@@ -97,9 +198,10 @@ class _Base:
 
     def _fresh(self, event: LineEvent) -> bool:
         """False for a line this detector already counted before a restart."""
-        key = event.stream.info.key
+        return self._fresh_at(event.stream.info.key, event.line.offset)
+
+    def _fresh_at(self, key: str, offset: int) -> bool:
         floor = self._resume.get(key)
-        offset = event.line.offset
         if floor is not None:
             if offset <= floor:
                 return False
@@ -126,7 +228,11 @@ class _Base:
             offset=line.offset if line else None, text=line.text if line else None,
             time=self.clock.time(), remediation=remediation, context=context,
             rank=line.rank if line else None, labels=labels, host=self.host, about=about,
-            key=key, facts=tuple(facts))
+            key=key, facts=tuple(facts), owner=OWNER_OF.get(signature, "unknown"))
+
+
+def _line_maker(info: StreamInfo, line: ChunkLine, part: Part) -> Callable[[], LogLine]:
+    return lambda: LogLine(info, line.offset, line.lineno, part.text, part.rank)
 
 
 def _series_key(info: StreamInfo, line: LogLine, kind: str) -> str:
@@ -144,6 +250,9 @@ _PLATFORM_RE = re.compile(
     r"|(?:\bROCm|\brocm)(?:[ -]?version)?[ :=-]*v?(?P<rocm>\d+\.\d+(?:\.\d+)?)"
     r"|/opt/rocm-(?P<rocm2>\d+\.\d+\.\d+)|\+rocm(?P<rocm3>\d+\.\d+(?:\.\d+)?)")
 _PLATFORM_INTEREST = rb"gfx94[012]|MI300|MIOpen|ROCm|rocm"
+_PLATFORM_INTEREST_RE = re.compile(_PLATFORM_INTEREST)
+# The words _note_platform looks for (in the raw bytes: normalisation only removes bytes).
+_PLATFORM_WORDS_RE = re.compile(rb"gfx94|MI300|MIOpen|ROCm|rocm")
 _PLATFORM_SIGNATURE = "rocm_mi300_miopen_platform"
 
 INCIDENT_004_REMEDIATION = Remediation(
@@ -286,10 +395,15 @@ class StepTimeDetector(_Base):
         self._series: OrderedDict[str, _StepSeries] = OrderedDict()
         self._evidence: dict[str, _Evidence] = {}
         self._interest = re.compile(self.reader.interest.pattern + b"|" + _PLATFORM_INTEREST)
+        self._interests = (self.reader.interest, _PLATFORM_INTEREST_RE)
 
     @property
     def interest(self) -> re.Pattern[bytes] | None:
         return self._interest
+
+    @property
+    def interests(self) -> tuple[re.Pattern[bytes], ...]:
+        return self._interests
 
     def on_open(self, stream: StreamContext) -> None:
         return None
@@ -308,23 +422,68 @@ class StepTimeDetector(_Base):
         info = event.stream.info
         if not self._fresh(event):
             return ()
-        self._note_platform(info.key, event)
+        self._note_platform(info.key, event.line.text, event.matches)
         progress = self.reader.read(line)
         if progress is None or progress.eval or progress.overflow:
             return ()
+        counts: dict[str, list[Any]] = {}
+        fired = self._sample(info, line.rank, progress, counts)
+        self._count(info, counts)
+        if fired is None or event.replaying:
+            return ()
+        series, before, after = fired
+        return (self._regression(info, line, progress, series, before, after),)
+
+    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        info = chunk.stream.info
+        key = info.key
+        out: list[Detection] = []
+        counts: dict[str, list[Any]] = {}
+        reader = self.reader
+        replay_below = chunk.replay_below
+        # Platform words anywhere in the chunk? If not, only a matched line can add evidence.
+        # (Removing ANSI codes or NULs can join a word: then every line is looked at.)
+        data = chunk.data
+        platform = (_PLATFORM_WORDS_RE.search(data) is not None or b"\x1b" in data
+                    or b"\x00" in data)
+        for line, k, part in _delivered(chunk, mask):
+            if not self._fresh_at(key, line.offset):
+                continue
+            text = part.text
+            if platform or line.matches:
+                self._note_platform(key, text, line.matches.get(k, ()))
+            progress = reader.read_part(chunk, line, k, text)
+            if progress is None or progress.eval or progress.overflow:
+                continue
+            fired = self._sample(info, part.rank, progress, counts)
+            if fired is None or line.offset < replay_below:
+                continue
+            series, before, after = fired
+            out.append(self._regression(
+                info, LogLine(info, line.offset, line.lineno, text, part.rank), progress,
+                series, before, after))
+        self._count(info, counts)
+        reader.chunk_done(chunk)
+        return out
+
+    def _sample(self, info: StreamInfo, rank: str | None, progress: Progress,
+                counts: dict[str, list[Any]],
+                ) -> tuple[_StepSeries, float, float] | None:
+        """Add one progress record's cost to its series; (series, before, after) if it fired."""
         cost = progress.cost
         if cost is None:
-            return ()
+            return None
         metric = "step_time" if progress.step_time else "throughput"
         if self.metrics is not None:
-            self.metrics.progress_lines.labels(info.source, progress.kind).inc()
+            seen = counts.get(progress.kind)
+            if seen is None:
+                seen = counts[progress.kind] = [0, None, None]
+            seen[0] += 1
             if progress.step_time is not None:
-                self.metrics.step_seconds.labels(info.source, progress.kind).set(
-                    progress.step_time)
+                seen[1] = progress.step_time
             if progress.throughput is not None:
-                self.metrics.throughput.labels(info.source, progress.kind).set(
-                    progress.throughput)
-        key = _series_key(info, line, progress.kind)
+                seen[2] = progress.throughput
+        key = f"{info.key}\x1f{rank or '-'}\x1f{progress.kind}"
         series = self._series.get(key)
         if series is None or series.metric != metric:
             series = _StepSeries(metric, deque(maxlen=self.window))
@@ -333,10 +492,21 @@ class StepTimeDetector(_Base):
                 self._series.popitem(last=False)
         self._series.move_to_end(key)
         fired = self._update(series, cost, progress.step)
-        if fired is None or event.replaying:
-            return ()
-        before, after = fired
-        return (self._regression(info, line, progress, series, before, after),)
+        if fired is None:
+            return None
+        return series, fired[0], fired[1]
+
+    def _count(self, info: StreamInfo, counts: dict[str, list[Any]]) -> None:
+        """Progress metrics for the records of one chunk: counts added, last values set."""
+        metrics = self.metrics
+        if metrics is None:
+            return
+        for kind, (n, step_time, throughput) in counts.items():
+            metrics.progress_lines.labels(info.source, kind).inc(n)
+            if step_time is not None:
+                metrics.step_seconds.labels(info.source, kind).set(step_time)
+            if throughput is not None:
+                metrics.throughput.labels(info.source, kind).set(throughput)
 
     def _update(self, s: _StepSeries, x: float, step: int | None) -> tuple[float, float] | None:
         s.seen += 1
@@ -376,10 +546,9 @@ class StepTimeDetector(_Base):
         s.hot_since_alert = 0
         return statistics.median(s.baseline), statistics.median(s.run)
 
-    def _note_platform(self, key: str, event: LineEvent) -> None:
-        text = event.line.text
+    def _note_platform(self, key: str, text: str, matches: Sequence[Match]) -> None:
         ev = self._evidence.get(key)
-        for match in event.matches:
+        for match in matches:
             if match.signature == _PLATFORM_SIGNATURE:
                 ev = ev or self._evidence.setdefault(key, _Evidence())
         if any(word in text for word in ("gfx94", "MI300", "MIOpen", "ROCm", "rocm")):
@@ -454,10 +623,16 @@ class StepTimeDetector(_Base):
 
 # -- stalls --------------------------------------------------------------------------------------
 
+_END_INTEREST_RE: re.Pattern[bytes]  # set below from _END_RE
 _END_RE = re.compile(
     r"(?i:'train_runtime'|training (?:is )?(?:done|complete|completed|finished)"
     r"|finished training|after training is done|`?Trainer\.fit`? stopped"
     r"|max_(?:steps|epochs)=\d+` reached|training ended|end of training|exiting training)")
+_END_INTEREST_RE = re.compile(_END_RE.pattern.encode())
+# Literals every line _END_RE finds holds (any case), as a literal-led trie: the cheap gate of
+# the one interest pass; a line it alone selects is confirmed by _END_INTEREST_RE.
+_END_GATE = re.compile(literal_interest([b"train_runtime", b"training", b"trainer.fit",
+                                         b"` reached"]))
 _STALL_REMEDIATION = Remediation(
     summary="The training job stopped printing progress: it may be hung (a collective waiting "
             "on a dead or slow rank, a deadlocked data loader, a stuck filesystem).",
@@ -511,10 +686,15 @@ class StallDetector(_Base):
         self.min_intervals = min_intervals
         self._streams: OrderedDict[str, _StallStream] = OrderedDict()
         self._interest = re.compile(self.reader.interest.pattern + b"|" + _END_RE.pattern.encode())
+        self._interests = (self.reader.interest, _END_GATE)
 
     @property
     def interest(self) -> re.Pattern[bytes] | None:
         return self._interest
+
+    @property
+    def interests(self) -> tuple[re.Pattern[bytes], ...]:
+        return self._interests
 
     def on_open(self, stream: StreamContext) -> None:
         st = self._streams.get(stream.info.key)
@@ -601,6 +781,98 @@ class StallDetector(_Base):
         st.last_offset, st.last_lineno, st.last_text = line.offset, line.lineno, line.text
         st.last_step = progress.step if progress.step is not None else st.last_step
         return out
+
+    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        """The chunk's lines in order, as ``on_line`` would take them, except that the
+        state a progress line leaves (last line, step, time) is taken from the chunk's last
+        one, and the intervals between progress lines only for the last ones kept."""
+        info = chunk.stream.info
+        key = info.key
+        reader = self.reader
+        replay_below = chunk.replay_below
+        st = self._streams.get(key)
+        before_mono = st.last_mono if st is not None else 0.0
+        before_time = st.last_log_time if st is not None else None
+        existed = st is not None
+        now = self.clock.monotonic()
+        records: list[tuple[ChunkLine, int, Part, Progress]] = []
+        out: list[Detection] = []
+        confirm = (chunk.mask((_END_GATE,)), _END_INTEREST_RE)
+        for line, k, part in _delivered(chunk, mask, confirm):
+            if not self._fresh_at(key, line.offset):
+                continue
+            text = part.text
+            if ("rain" in text or "reached" in text or "RAIN" in text) and _END_RE.search(text):
+                if st is not None:
+                    st.finished = True
+                continue
+            progress = reader.read_part(chunk, line, k, text)
+            if progress is None:
+                continue
+            if st is None:
+                st = _StallStream(info, now)
+                self._streams[key] = st
+                while len(self._streams) > MAX_SERIES:
+                    self._streams.popitem(last=False)
+            replaying = line.offset < replay_below
+            if st.stalled_since is not None and not replaying:
+                out.append(self._resolved(st, reason="progress resumed"))
+            st.stalled_since = None
+            st.finished = False
+            records.append((line, k, part, progress))
+        reader.chunk_done(chunk)
+        if not records or st is None:
+            return out
+        st.open = True
+        st.info = info
+        st.last_mono = now
+        last_line, last_k, last_part, _last = records[-1]
+        st.last_log_time = chunk.time(last_line, last_k)
+        st.last_offset, st.last_lineno = last_line.offset, last_line.lineno
+        st.last_text = last_part.text
+        for _line, _k, _part, progress in reversed(records):
+            if progress.step is not None:
+                st.last_step = progress.step
+                break
+        self._intervals(st, chunk, records, existed=existed, before_mono=before_mono,
+                        before_time=before_time, now=now)
+        return out
+
+    def _intervals(self, st: _StallStream, chunk: Chunk,
+                   records: list[tuple[ChunkLine, int, Part, Progress]], *, existed: bool,
+                   before_mono: float, before_time: float | None, now: float) -> None:
+        """Append the gaps between the chunk's progress records, as ``on_line`` would, but
+        reading timestamps only back from the last record until the deque is full."""
+        keep = st.intervals.maxlen or len(records)
+        replay_below = chunk.replay_below
+        gaps: list[float] = []
+        times: dict[int, float | None] = {}
+
+        def time_of(i: int) -> float | None:
+            if i not in times:
+                line, k, _part, _p = records[i]
+                times[i] = chunk.time(line, k)
+            return times[i]
+
+        for i in range(len(records) - 1, -1, -1):
+            if len(gaps) >= keep:
+                break
+            line = records[i][0]
+            if line.offset < replay_below:
+                continue
+            t = time_of(i)
+            if i > 0:
+                prev = time_of(i - 1)
+                gap = t - prev if t is not None and prev is not None else 0.0  # same instant
+            elif not existed:
+                continue  # the record that created the state has no gap before it
+            elif t is not None and before_time is not None:
+                gap = t - before_time
+            else:
+                gap = now - before_mono
+            if gap > 0:
+                gaps.append(gap)
+        st.intervals.extend(reversed(gaps))
 
     def _resolved(self, st: _StallStream, *, reason: str) -> Detection:
         stalled_for = self.clock.monotonic() - (st.stalled_since or st.last_mono)
@@ -728,14 +1000,40 @@ class BadNumbersDetector(_Base):
         progress = self.reader.read(line)
         if progress is None or progress.eval:
             return ()
-        key = _series_key(info, line, "numbers")  # one state per stream and rank
+        return self._take(info, line.rank, line.text, progress, event.replaying,
+                          lambda: line)
+
+    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        info = chunk.stream.info
+        key = info.key
+        reader = self.reader
+        replay_below = chunk.replay_below
+        out: list[Detection] = []
+        for line, k, part in _delivered(chunk, mask):
+            if not self._fresh_at(key, line.offset):
+                continue
+            progress = reader.read_part(chunk, line, k, part.text)
+            if progress is None or progress.eval:
+                continue
+            found = self._take(
+                info, part.rank, part.text, progress, line.offset < replay_below,
+                _line_maker(info, line, part))
+            if found:
+                out.extend(found)
+        reader.chunk_done(chunk)
+        return out
+
+    def _take(self, info: StreamInfo, rank: str | None, text: str, progress: Progress,
+              replaying: bool, make_line: Callable[[], LogLine]) -> list[Detection]:
+        """One progress record of a stream and rank; ``make_line`` builds the detection's
+        line only when there is a detection."""
+        key = f"{info.key}\x1f{rank or '-'}\x1fnumbers"  # one state per stream and rank
         st = self._series.get(key)
         if st is None:
             st = self._series[key] = _Numbers()
             while len(self._series) > MAX_SERIES:
                 self._series.popitem(last=False)
         out: list[Detection] = []
-        text = line.text
         overflow = progress.overflow or (
             ("kip" in text or "verflow" in text or "VERFLOW" in text)
             and _SKIPPED_RE.search(text) is not None)
@@ -749,9 +1047,9 @@ class BadNumbersDetector(_Base):
             if (scale <= self.min_loss_scale and st.max_scale > self.min_loss_scale
                     and not st.scale_fired):
                 st.scale_fired = True
-                if not event.replaying:
+                if not replaying:
                     out.append(self._detection(
-                        info, line, signature="training_loss_scale_minimum",
+                        info, make_line(), signature="training_loss_scale_minimum",
                         title="Loss Scale Fell To Its Minimum", severity=Severity.ERROR,
                         remediation=_SCALE_REMEDIATION,
                         about=f"fp16 loss scale fell from {_fmt(st.max_scale)} to {_fmt(scale)}",
@@ -776,7 +1074,7 @@ class BadNumbersDetector(_Base):
         st.which |= nonfinite
         if st.bad >= self.consecutive and not st.fired:
             st.fired = True
-            if not event.replaying:
+            if not replaying:
                 what = " and ".join(sorted(st.which))
                 facts = [("nonfinite", what), ("consecutive_lines", str(st.bad))]
                 if st.first_bad_step is not None:
@@ -784,7 +1082,7 @@ class BadNumbersDetector(_Base):
                 if st.last_finite_loss is not None:
                     facts.append(("last_finite_loss", _fmt(st.last_finite_loss)))
                 out.append(self._detection(
-                    info, line, signature="training_nonfinite",
+                    info, make_line(), signature="training_nonfinite",
                     title="Training Loss Or Gradient Is NaN/Inf", severity=Severity.ERROR,
                     remediation=_NONFINITE_REMEDIATION,
                     about=f"{what} NaN/Inf on {st.bad} progress lines in a row", facts=facts))

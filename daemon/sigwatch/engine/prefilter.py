@@ -29,7 +29,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from sigwatch.engine.analysis import CASE_VARIANTS, StepFilter, _sample, analyze
+from sigwatch.engine.analysis import CASE_VARIANTS, StepFilter
+from sigwatch.engine.cache import analyze_all, unigram
 from sigwatch.patterns.compiled import PatternSet
 
 __all__ = ["BACKENDS", "Prefilter", "StepRef", "hyperscan_available"]
@@ -77,8 +78,7 @@ def _clean(line: bytes) -> bytes:
 
 
 def _unigram() -> Counter[int]:
-    sample, _ = _sample()
-    return Counter(sample)
+    return Counter({b: n for b, n in enumerate(unigram()) if n})
 
 
 class _Needle:
@@ -319,7 +319,9 @@ class Prefilter:
             raise ValueError(f"unknown prefilter backend {backend!r}; one of {BACKENDS}")
         self.all_steps: tuple[StepRef, ...] = tuple(
             (si, k) for si, sig in enumerate(patterns.signatures) for k in range(len(sig.steps)))
-        filters = {(si, k): analyze(patterns.signatures[si].steps[k].source)
+        analysed = analyze_all(patterns.signatures[si].steps[k].source
+                               for si, k in self.all_steps)
+        filters = {(si, k): analysed[patterns.signatures[si].steps[k].source]
                    for si, k in self.all_steps}
         self.filters = filters
         if backend == "none":

@@ -77,6 +77,7 @@ class CompiledSignature:
     raw: Any  # the validated SignatureFile, for lint and `patterns show`
     sources: frozenset[str] = frozenset({"any"})  # stream kinds it applies to (kinds.applies)
     once_per_stream: bool = False
+    owner: str = "unknown"  # user | node | fabric | unknown (whose fault it is)
 
     @property
     def action(self) -> str:

@@ -125,6 +125,7 @@ def compile_signature(raw: SignatureFile, path: Path) -> CompiledSignature:
         path=path,
         raw=raw,
         sources=frozenset(raw.sources),
+        owner=raw.owner or "unknown",
     )
 
 

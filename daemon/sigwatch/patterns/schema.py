@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "ACTIONS",
+    "OWNERS",
     "CollateralSpec",
     "ContextSpec",
     "ExampleSpec",
@@ -28,6 +29,10 @@ Action = Literal[
 ]
 SLUG = r"^[a-z][a-z0-9_]{2,63}$"
 SourceKind = Literal["kernel", "job", "any"]
+# Whose fault a detection is: the user's job, this node, the network fabric, or not known.
+# A node-owned fault may drain the node; a user-owned one never blames a node.
+Owner = Literal["user", "node", "fabric", "unknown"]
+OWNERS: tuple[str, ...] = ("user", "node", "fabric", "unknown")
 
 
 def _any_source() -> list[SourceKind]:
@@ -101,6 +106,8 @@ class SignatureFile(_Strict):
     id: str = Field(pattern=SLUG)
     title: str = Field(min_length=1, max_length=120)
     severity: Literal["info", "warning", "error", "critical"]
+    # Required at error and above (lint P014); absent means "unknown".
+    owner: Owner | None = None
     description: str = ""
     status: Literal["experimental", "test", "stable"] = "experimental"
     labels: dict[str, str] = Field(default_factory=dict)

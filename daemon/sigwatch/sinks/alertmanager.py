@@ -3,8 +3,8 @@
 One alert per incident: every detection of a paging severity with the same (signature, node,
 source) while the incident is open is a repeat (sixty-four ranks printing the same NCCL timeout
 make one alert with ``repeats=64``), so the labels stay bounded: ``alertname``, ``signature``,
-``severity``, ``node``, ``source``. The annotations carry what on-call needs: the summary, the
-triggering line and its context, the remediation steps, the runbook and a link to the
+``severity``, ``owner``, ``node``, ``source``. The annotations carry what on-call needs: the
+summary, the triggering line and its context, the remediation steps, the runbook and a link to the
 detection's page on the node.
 
 Alertmanager keeps alerts in memory only and resolves an alert whose ``endsAt`` passed, so the
@@ -309,7 +309,8 @@ class AlertmanagerSink:
         if d.root_cause is not None:
             annotations["root_cause"] = f"{d.root_cause.signature}: {d.root_cause.title}"
         labels = {"alertname": ALERTNAME, "signature": d.signature,
-                  "severity": d.severity.label, "node": self.node, "source": d.source}
+                  "severity": d.severity.label, "owner": d.owner, "node": self.node,
+                  "source": d.source}
         return _Alert(labels=labels, annotations={k: v for k, v in annotations.items() if v},
                       starts_at=min(d.time, now), last_seen=now, generator_url=link)
 

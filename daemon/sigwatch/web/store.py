@@ -102,6 +102,7 @@ def detection_from_json(doc: dict[str, Any], *, time: float | None = None, key: 
         about=str(doc.get("about") or ""),
         key=key,
         facts=tuple((str(k), str(v)) for k, v in (doc.get("facts") or {}).items()),
+        owner=str(doc.get("owner") or "unknown"),
     )
 
 

@@ -1,0 +1,215 @@
+"""Per-chunk detectors give the detections (and the state) of the per-line path.
+
+The reference is ``detector_mode="line"``: every detector gets ``on_line`` for each line, as
+before per-chunk detectors existed. The path under test is the default, ``"chunk"``: step
+time, stalls and bad numbers get ``on_chunk`` once per chunk from the one combined interest
+pass. Both run the whole library and every detector, on the bench's generated training log
+and on the training-log corpus, fed in uneven chunks with the clock moving between them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from sigwatch.app import build_detectors
+from sigwatch.clock import FakeClock
+from sigwatch.detectors.base import Chunk, ChunkDetector, LineEvent, StreamContext
+from sigwatch.framing.lines import LineFramer
+from sigwatch.model import Detection, StreamInfo
+from sigwatch.patterns.compiled import PatternSet
+from sigwatch.pipeline import Engine, Pipeline
+from sigwatch.sinks.base import CollectingSink
+from sigwatch.sources.base import StreamOpened
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "tests" / "corpus"
+
+
+def _bench_log(library: PatternSet, size: int) -> bytes:
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from corpus import lines  # noqa: PLC0415 - the bench's generator, not a package
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    out: list[bytes] = []
+    total = 0
+    for line in lines(library.signatures, seed=5):
+        out.append(line)
+        total += len(line) + 1
+        if total >= size:
+            break
+    return b"\n".join(out) + b"\n"
+
+
+def _run(engine: Engine, mode: str, inputs: Sequence[tuple[str, bytes]], *,
+         replay_below: int = -1, seed: int = 7) -> tuple[list[str], str]:
+    """Feed every input (uneven chunks, clock moving, ticks), return detections and state."""
+    clock = FakeClock()
+    sink = CollectingSink()
+    pipeline = Pipeline(engine, [sink], clock=clock, detectors=build_detectors(clock=clock),
+                        detector_mode=mode)
+    rng = random.Random(seed)
+    for handle, (name, data) in enumerate(inputs, start=1):
+        info = StreamInfo("train", name, name)
+        pipeline.open(StreamOpened(handle, info, replay_below=replay_below))
+        framer = LineFramer()
+        pos = 0
+        while pos < len(data):
+            size = rng.choice((1, 700, 64 << 10, 300 << 10))
+            segments = framer.feed(data[pos:pos + size])
+            pos += size
+            pipeline.process(handle, segments)
+            clock.advance(rng.choice((0.0, 0.5, 3.0)))
+            pipeline.tick()
+        pipeline.process(handle, framer.finish())
+        clock.advance(4000.0)  # long enough for a stall
+        pipeline.tick()
+    state = json.dumps(pipeline.snapshot(), sort_keys=True, default=str)
+    for handle in range(1, len(inputs) + 1):
+        pipeline.finish(handle)
+    return sorted(json.dumps(d.to_json(), sort_keys=True) for d in sink.detections), state
+
+
+@pytest.fixture(name="engine", scope="module")
+def _engine(library: PatternSet) -> Engine:
+    return Engine(library, prefilter="python")
+
+
+class TestChunkEqualsLine:
+    def test_bench_log(self, engine: Engine, library: PatternSet) -> None:
+        """The bench's training log (megatron, HF dicts, tqdm bars, NCCL chatter, examples
+        of every signature): same detections and the same detector state either way."""
+        data = _bench_log(library, 1_500_000)
+
+        line_found, line_state = _run(engine, "line", [("bench.log", data)])
+        chunk_found, chunk_state = _run(engine, "chunk", [("bench.log", data)])
+
+        assert line_found == chunk_found
+        assert line_state == chunk_state
+        assert len(line_found) > 20  # the log raises detections of several kinds
+        kinds = {json.loads(d)["signature"] for d in line_found}
+        assert {"step_time_regression", "training_stalled"} & kinds
+
+    def test_training_log_corpus(self, engine: Engine) -> None:
+        """Every healthy training log and incident log of the corpus, one stream each."""
+        inputs = [(p.name, p.read_bytes())
+                  for folder in ("goodlogs", "incidents") for p in sorted(
+                      (CORPUS / folder).glob("*.log"))]
+        assert len(inputs) > 10
+
+        line_found, line_state = _run(engine, "line", inputs)
+        chunk_found, chunk_state = _run(engine, "chunk", inputs)
+
+        assert line_found == chunk_found
+        assert line_state == chunk_state
+
+    def test_replayed_lines(self, engine: Engine, library: PatternSet) -> None:
+        """Lines below the replay point rebuild state and raise nothing, either way."""
+        data = _bench_log(library, 400_000)
+
+        line_found, line_state = _run(engine, "line", [("r.log", data)],
+                                      replay_below=len(data) // 2)
+        chunk_found, chunk_state = _run(engine, "chunk", [("r.log", data)],
+                                        replay_below=len(data) // 2)
+
+        assert line_found == chunk_found
+        assert line_state == chunk_state
+
+    def test_nonfinite_and_stall_scenario(self, engine: Engine) -> None:
+        """NaN losses on ranks, a slowdown, an end-of-training line: same either way."""
+        rows: list[str] = []
+        for step in range(1, 400):
+            ms = 100.0 if step < 200 else 180.0
+            loss = "nan" if 300 <= step < 330 else f"{2.0 - step / 1000:.3f}"
+            rows.append(f"[rank{step % 4}]: step {step} | loss {loss} | time {ms:.1f}ms")
+            if step % 50 == 0:
+                rows.append(f"2024-06-02 10:{step // 60:02d}:{step % 60:02d} INFO iter {step}: "
+                            f"loss {loss}, time {ms:.0f}ms")
+        rows.append("Training completed. Do not forget to share your model")
+        data = ("\n".join(rows) + "\n").encode()
+
+        line_found, line_state = _run(engine, "line", [("s.log", data)], seed=3)
+        chunk_found, chunk_state = _run(engine, "chunk", [("s.log", data)], seed=3)
+
+        assert line_found == chunk_found
+        assert line_state == chunk_state
+        kinds = {json.loads(d)["signature"] for d in chunk_found}
+        assert {"training_nonfinite", "step_time_regression"} <= kinds
+
+
+class _Collect:
+    """A per-chunk detector that records the lines its interest hands it."""
+
+    name = "collect"
+    interest = None
+
+    def __init__(self, *patterns: bytes) -> None:
+        self._interests = tuple(re.compile(p) for p in patterns)
+        self.seen: list[tuple[int, str]] = []
+
+    @property
+    def interests(self) -> tuple[re.Pattern[bytes], ...]:
+        return self._interests
+
+    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        for line in chunk.select(mask):
+            self.seen.append((line.lineno, chunk.parts(line)[0].text))
+        return ()
+
+    def on_open(self, stream: StreamContext) -> None:
+        return None
+
+    def on_line(self, event: LineEvent) -> Sequence[Detection]:
+        return ()
+
+    def on_close(self, stream: StreamContext, *, clean: bool) -> Sequence[Detection]:
+        return ()
+
+    def tick(self, now: float) -> Sequence[Detection]:
+        return ()
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    def replay_floor(self, handle: int) -> tuple[int, int] | None:
+        return None
+
+    def held(self, handle: int) -> tuple[int, ...]:
+        return ()
+
+    def snapshot(self) -> object:
+        return None
+
+    def restore(self, state: object) -> None:
+        return None
+
+
+class TestInterests:
+    def test_any_detector_interest_joins_the_one_pass(self, engine: Engine) -> None:
+        """A new detector names its patterns; the one pass hands it exactly its lines (and
+        the lines signatures matched), numbered, normalised, after the others' interests."""
+        mine = _Collect(rb"widget \d+ broke", rb"gizmo")
+        assert isinstance(mine, ChunkDetector)
+        clock = FakeClock()
+        pipeline = Pipeline(engine, [CollectingSink()], clock=clock,
+                            detectors=[*build_detectors(clock=clock), mine])
+        data = (b"step 1 loss 2.0\n"
+                b"[rank3]: widget 7 broke\n"
+                b"nothing here\n"
+                b"a gizmo and step 2 loss 1.0\n"
+                b"RuntimeError: CUDA error: an illegal memory access was encountered\n")
+        pipeline.open(StreamOpened(1, StreamInfo("s", "x.log", "x")))
+
+        pipeline.process(1, LineFramer().feed(data))
+
+        assert [(2, "widget 7 broke"), (4, "a gizmo and step 2 loss 1.0"),
+                (5, "RuntimeError: CUDA error: an illegal memory access was encountered")] \
+            == mine.seen
+        assert len(pipeline.interests.patterns) >= 4  # progress, errors, platform, end, mine
