@@ -116,10 +116,10 @@ class TestOrder:
 
 @dataclass(frozen=True, slots=True)
 class _FleetDetection(Detection):
-    """What branch fleet adds to detections: the job, and who owns the failure."""
+    """What branch fleet adds to detections (``owner`` is already there): the job and the
+    repeats a detection folds."""
 
     job: str = ""
-    owner: str = ""
     repeats: int = 1
 
 
@@ -127,9 +127,9 @@ class TestFieldsDetectionsMayCarry:
     def test_incidents_are_per_job_and_count_folded_repeats(self) -> None:
         """Two jobs failing the same way are two incidents; a detection of 5 repeats is 5."""
         base = make_detection(0)
-        a = _FleetDetection(**{f.name: getattr(base, f.name)
-                               for f in dataclasses.fields(Detection)},
-                            job="4471203", owner="user", repeats=5)
+        a = _FleetDetection(**{**{f.name: getattr(base, f.name)
+                                  for f in dataclasses.fields(Detection)}, "owner": "user"},
+                            job="4471203", repeats=5)
         b = dataclasses.replace(a, offset=5000, job="4471204")
 
         incidents = build_incidents(_held(a, b), now=NOW + 1)

@@ -178,6 +178,7 @@ class TestIncidentsFirst:
         assert "1 detection on rank 0 ," in text
         assert "Fallout: 3 detections caused by this (Channel Cleanup ×3)" in text
         assert 2 == page.count('<article class="incident ')
+        assert "field-owner" not in page  # owner "unknown" says nothing: not shown
 
     def test_no_open_incident_says_so_and_when_the_last_detection_was(self, serve) -> None:
         """Quiet for longer than the window: a plain sentence, and the incident among the
@@ -192,9 +193,9 @@ class TestIncidentsFirst:
     def test_owner_and_job_are_shown_when_a_detection_carries_them(self, serve) -> None:
         """Fields a later detection model adds are shown, not required."""
         base = make_detection(0)
-        d = _FleetDetection(**{f.name: getattr(base, f.name)
-                               for f in dataclasses.fields(Detection)},
-                            job="4471203", owner="node")
+        d = _FleetDetection(**{**{f.name: getattr(base, f.name)
+                                  for f in dataclasses.fields(Detection)}, "owner": "node"},
+                            job="4471203")
 
         page = self._page(serve, d)
 
@@ -234,7 +235,6 @@ class TestIncidentsFirst:
 @dataclass(frozen=True, slots=True)
 class _FleetDetection(Detection):
     job: str = ""
-    owner: str = ""
 
 
 class TestDetectionPage:

@@ -153,7 +153,7 @@ class _Pages:
         tags = [f'<span class="mono">{e(d.signature)}</span>', e(d.source)]
         for name, label in (("job", "job"), ("owner", "owner")):
             value = detection_field(d, name)
-            if value:
+            if value and value != "unknown":
                 tags.append(f'{label} <b class="field-{name}">{e(value)}</b>')
         state = ("still open (a detector holds it)" if inc.held_open
                  else f"last {ago(inc.last_seen, now)}")
