@@ -1,11 +1,15 @@
 """The status page on-call opens from an alert: ``/`` and ``/detections/<event_id>``.
 
 Server-rendered HTML, no script, readable on a phone (tables turn into cards below 700 px).
-``/`` lists recent detections newest first (filters: severity, signature, source; paging with
-the API's cursor), the open incidents and each reader's health. A detection's page shows the
-triggering line highlighted after its context, where it was read (file, line, offset, rank),
-the fix (summary, steps, runbook), its root cause or its fallout, and earlier detections of
-the same signature; a detection without a line shows what it is about and its figures.
+``/`` starts with the open incidents (``incidents.py``: repeats counted, fallout folded under
+its cause, the most severe first), each with its line and its fix, so the first screen of a
+phone shows the worst one; then faults of the node itself, every recent detection newest first
+(filters: severity, signature, source, folded away until used; paging with the API's cursor),
+the earlier incidents and each reader's health. The header names the node (``--node``). A
+detection's page shows the triggering line highlighted after its context, where it was read
+(file, line, offset, rank), the fix (summary, steps, runbook), its root cause or its fallout,
+and earlier detections of the same signature; a detection without a line shows what it is
+about and its figures.
 """
 
 from __future__ import annotations
@@ -126,7 +130,8 @@ class _Pages:
                      if last else "Nothing recognised on this node yet.")
             window = _duration(self.window)
             return ('<h1 class="headline headline-ok">No open incident</h1>'
-                    f'<p class="muted">No detection within {e(window)}. {e(quiet)}</p>')
+                    f'<p class="muted">Nothing seen in the last {e(window)} is still open. '
+                    f"{e(quiet)}</p>")
         by_severity: dict[Severity, int] = {}
         for i in open_now:
             by_severity[i.severity] = by_severity.get(i.severity, 0) + 1
