@@ -27,7 +27,10 @@ Daemon (``sigwatch run``, 40 signatures, pure-Python prefilter):
 - idle CPU: 1,000 idle watched files, CPU seconds over ``--idle-seconds``; the same with
   10,000 files in one folder, and with 20,000 folders under a mid-path wildcard
   (``root/*/logs/*.out``; ``--only-idle`` runs just those two; target below 1% of a core);
-- memory: peak RSS while a 1 GB file is appended and read, and with 10,000 watched files.
+- memory: peak RSS while a 1 GB file is appended and read, and with 10,000 watched files;
+- ``sigwatch health``: its answer time (healthy, a fault open, no daemon) beside a bare
+  ``python3 -c pass``, ``sigwatch --version`` and a one-shot HTTP GET (bench/health.py;
+  ``--only-health`` runs just that).
 
 The 40 signatures: the library's signatures whose regexes RE2 (mtail) accepts unchanged, sorted
 by id, 40 taken at even spacing. The 400: the whole library plus generated error-message-shaped
@@ -57,6 +60,7 @@ sys.path.insert(0, str(ROOT / "daemon"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from corpus import generate  # noqa: E402
+from health import measure_health  # noqa: E402
 
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns  # noqa: E402
 
@@ -641,6 +645,13 @@ def measure_many_files(work: Path, p40: Path, files: int) -> dict:
 
 # --- main -------------------------------------------------------------------------------------
 
+def print_health(figures: dict) -> None:
+    print("  sigwatch health answer time (new process each run; peers in the same run):",
+          flush=True)
+    for name, fig in figures.items():
+        print(f"    {name:46s} {json.dumps(fig)}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size-mb", type=int, default=128)
@@ -653,6 +664,8 @@ def main() -> int:
     ap.add_argument("--probes", type=int, default=200)
     ap.add_argument("--idle-seconds", type=float, default=30.0)
     ap.add_argument("--stream-mb", type=int, default=1024)
+    ap.add_argument("--only-health", action="store_true",
+                    help="only the answer time of `sigwatch health` (bench/health.py)")
     ap.add_argument("--steady-seconds", type=float, default=30.0,
                     help="how long the shipped daemon is fed 1 MB/s for its CPU figure")
     ap.add_argument("--skip-catchup", action="store_true",
@@ -663,6 +676,9 @@ def main() -> int:
     args = ap.parse_args()
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
+    if args.only_health:
+        print_health(measure_health(work / "health"))
+        return 0
     if args.only_idle:
         library, _errors = load_patterns([builtin_pattern_dir()])
         p40, _p400, _sig40 = write_sets(library, work)
@@ -858,6 +874,8 @@ def main() -> int:
         daemon["idle_20000_dirs"] = measure_idle_tree(work, p40, 20_000, args.idle_seconds)
         print(f"  idle, 20,000 dirs under */logs/*: {json.dumps(daemon['idle_20000_dirs'])}",
               flush=True)
+        daemon["health"] = measure_health(work / "health")
+        print_health(daemon["health"])
 
     result = {
         "command": " ".join([Path(PY).name, *sys.argv]),

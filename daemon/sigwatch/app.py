@@ -35,7 +35,7 @@ from sigwatch.detectors.training import (
     StepTimeDetector,
 )
 from sigwatch.errors import PatternError, SigwatchError
-from sigwatch.model import Severity
+from sigwatch.model import Detection, Severity
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 from sigwatch.pipeline import Engine, Pipeline
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from sigwatch.config import Config, DetectorSettings
+    from sigwatch.faults.engine import FaultEngine
+    from sigwatch.faults.verdict import VerdictWriter
     from sigwatch.runtime.pump import Runtime
     from sigwatch.sinks.eventlog import EventLogSink
     from sigwatch.sinks.queued import QueuedSink
@@ -57,11 +59,13 @@ if TYPE_CHECKING:
     from sigwatch.web.status import Liveness
     from sigwatch.web.store import DetectionStore
 
-__all__ = ["Daemon", "build_daemon", "build_pipeline", "build_runtime", "run_daemon",
-           "sd_notify"]
+__all__ = ["Daemon", "build_daemon", "build_faults", "build_pipeline", "build_runtime",
+           "policy_problems", "run_daemon", "sd_notify"]
 
 # Seconds between full polls of every file while inotify hints are live.
 INOTIFY_SAFETY_POLL = 3.0
+# Seconds between looks at the sources' health and writes of the verdict for `health`.
+VERDICT_EVERY = 2.0
 
 log = structlog.get_logger("sigwatch.app")
 
@@ -184,8 +188,13 @@ class Daemon:
                  roots: list[str], registry: CollectorRegistry,
                  server: WebServer | None, metrics: SelfMetrics, wake: threading.Event,
                  queued: Sequence[QueuedSink] = (), liveness: Liveness | None = None,
+                 faults: FaultEngine | None = None, verdict: VerdictWriter | None = None,
                  ) -> None:
         self.runtime = runtime
+        self.faults = faults
+        self.verdict = verdict
+        self._next_verdict = 0.0
+        self._faults_version = -1
         self.hints = hints
         self.roots = roots
         self.registry = registry
@@ -197,6 +206,7 @@ class Daemon:
         self.stopping = threading.Event()
         self.ready = threading.Event()
         self.http_port: int | None = None
+        self.source_names: list[str] = []
 
     def serve_http(self) -> None:
         """Bind the listener first: a port in use is a start-up error (exit status 2)."""
@@ -227,6 +237,29 @@ class Daemon:
         sd_notify("WATCHDOG=1")
         if self.liveness is not None:
             self.liveness.beat()
+
+    def report(self, *, force: bool = False) -> None:
+        """Sources that cannot read (``sigwatch_source_up``) and the verdict for ``health``:
+        looked at every ``VERDICT_EVERY`` seconds (a sum over every followed file), and at
+        once when the open faults changed."""
+        from sigwatch.faults.verdict import OpenFault
+
+        clock = self.runtime.clock
+        mono = clock.monotonic()
+        version = self.faults.version if self.faults is not None else 0
+        if not force and mono < self._next_verdict and version == self._faults_version:
+            return
+        self._faults_version = version
+        self._next_verdict = mono + VERDICT_EVERY
+        problems = self.runtime.reading_problems()
+        names = list(self.source_names)
+        for name in names:
+            self.metrics.source_up.labels(name).set(0 if name in problems else 1)
+        if self.verdict is None:
+            return
+        faults = [OpenFault(f.id, f.signature, f.state, f.outcome, f.opened_at)
+                  for f in (self.faults.open_faults() if self.faults is not None else ())]
+        self.verdict.update(clock.time(), mono, faults, problems, names)
 
     def _run(self) -> None:
         from sigwatch.runtime.waking import FdWaker
@@ -261,6 +294,7 @@ class Daemon:
                 log.warning("source_matches_nothing", source=name)
         sd_notify(f"READY=1\nSTATUS={self.runtime.status_line()}")
         self._beat()
+        self.report(force=True)
         if self.liveness is not None:
             self.liveness.set_ready()
         self.ready.set()
@@ -269,6 +303,7 @@ class Daemon:
                 progressed = self.runtime.run_once()
                 waker.polled()
                 self._beat()
+                self.report()
                 for sink in self.queued:
                     self.metrics.sink_queue_depth.labels(sink.name).set(sink.depth())
                 if progressed:
@@ -295,6 +330,7 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     import prometheus_client
     from prometheus_client import CollectorRegistry
 
+    from sigwatch.faults.verdict import VerdictWriter
     from sigwatch.inputs import build_sources
     from sigwatch.sinks.alertmanager import AlertmanagerSink
     from sigwatch.sinks.console import ConsoleSink
@@ -354,6 +390,16 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
         store = DetectionStore(config.state_dir / "status.jsonl", capacity=config.web.history)
         queued.append(QueuedSink(StatusPageSink(store), clock=clock, on_error=failed,
                                  on_drop=dropped))
+    paging = list(queued)  # action notices go where pages and the console go
+
+    def notify(notice: Detection) -> None:
+        for sink in paging:
+            sink.emit(notice)
+
+    faults = build_faults(config, clock=clock, metrics=metrics,
+                          patterns=lambda: runtime.pipeline.engine.patterns, notify=notify,
+                          check=engine.patterns)
+    queued.append(QueuedSink(faults, clock=clock, on_error=failed, on_drop=dropped))
     sinks.extend(queued)
     metrics.declare_sinks(s.name for s in sinks)
     detectors = build_detectors(config.detectors, clock=clock, host=host, metrics=metrics)
@@ -384,8 +430,73 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     if not config.inotify:
         metrics.watch_mode.labels("polling").set(1)
     liveness = Liveness(clock, max_silence=30.0)
-    server = _build_web(config, registry, metrics, liveness, runtime, store, clock)
-    return Daemon(runtime, hints, roots, registry, server, metrics, wake, queued, liveness)
+    server = _build_web(config, registry, metrics, liveness, runtime, store, clock, faults)
+    verdict = VerdictWriter(config.state_dir / "health.json", node=faults.node or host,
+                            mode=config.policy.mode, every=VERDICT_EVERY)
+    daemon = Daemon(runtime, hints, roots, registry, server, metrics, wake, queued, liveness,
+                    faults=faults, verdict=verdict)
+    faults.on_change = wake.set  # a fault opened or changed: the verdict is written now
+    daemon.source_names = source_names
+    return daemon
+
+
+def policy_problems(config: Config, patterns: PatternSet) -> list[tuple[str, str]]:
+    """(field, reason) for each rule of ``[policy]`` the loaded signatures contradict."""
+    from sigwatch.faults.policy import Policy
+
+    return Policy(config.policy).check(patterns.signatures)
+
+
+def slurm_node_name(config: Config) -> str:
+    """The Slurm NodeName: ``[slurm] node``, else ``node``, else the short host name."""
+    if config.slurm is not None and config.slurm.node:
+        return config.slurm.node
+    return config.node or socket.gethostname().split(".")[0]
+
+
+def build_faults(config: Config, *, clock: Clock, metrics: SelfMetrics | None,
+                 patterns: Callable[[], PatternSet] | None,
+                 notify: Callable[[Detection], None] | None = None,
+                 check: PatternSet | None = None, persistent: bool = True) -> FaultEngine:
+    """The fault engine of ``config``: its policy, book, boot watch and Slurm client.
+
+    ``persistent=False`` (``policy explain``): in memory, no boot watch, and no Slurm client
+    whatever the config says: a replay never drains anything."""
+    from sigwatch.faults.boot import BootWatch
+    from sigwatch.faults.engine import FaultEngine, SlurmLimits
+    from sigwatch.faults.model import ACTION_OUTCOMES, DECISIONS
+    from sigwatch.faults.policy import Policy
+    from sigwatch.faults.slurm import SlurmClient
+    from sigwatch.faults.store import FaultStore
+
+    policy = Policy(config.policy)
+    if check is not None:
+        problems = policy.check(check.signatures)
+        if problems:
+            raise SigwatchError("; ".join(f"{field}: {why}" for field, why in problems))
+    if metrics is not None:
+        metrics.declare_faults(DECISIONS, [(a, o) for a, outs in ACTION_OUTCOMES.items()
+                                           for o in outs], config.policy.mode)
+    node = slurm_node_name(config)
+    slurm = limits = None
+    if config.slurm is not None and persistent:
+        s = config.slurm
+        slurm = SlurmClient(node, scontrol=s.scontrol, sinfo=s.sinfo, conf=s.conf,
+                            partition=s.partition, timeout=s.timeout_seconds)
+        limits = SlurmLimits(max_share=s.max_share, max_per_hour=s.max_per_hour,
+                             retry_seconds=s.retry_seconds)
+    elif config.policy.mode == "act" and persistent:
+        log.warning("policy_act_without_slurm",
+                    detail="mode is act but no [slurm] table: faults are kept, nothing is "
+                           "drained")
+    return FaultEngine(
+        policy, clock=clock,
+        store=FaultStore(config.state_dir) if persistent else None,
+        boot=BootWatch(config.policy.boot_id_path) if persistent else None,
+        slurm=slurm, limits=limits, node=node, signatures=patterns, metrics=metrics,
+        notify=notify,
+        requests_dir=config.state_dir / "requests" if persistent else None,
+        history_days=config.policy.history_days)
 
 
 def _revision() -> str:
@@ -412,7 +523,7 @@ def _default_link_base(host: str, listen: str) -> str:
 
 def _build_web(config: Config, registry: CollectorRegistry, metrics: SelfMetrics,
                liveness: Liveness, runtime: Runtime, store: DetectionStore | None,
-               clock: Clock) -> WebServer:
+               clock: Clock, faults: FaultEngine | None = None) -> WebServer:
     """The HTTP listener: /metrics, health, and (unless turned off) the status page."""
     from sigwatch.web.app import WebApp, register_process_collectors
     from sigwatch.web.server import WebServer, parse_listen
@@ -434,7 +545,7 @@ def _build_web(config: Config, registry: CollectorRegistry, metrics: SelfMetrics
     app = WebApp(registry=registry, liveness=liveness,
                  status=status if store is not None else None, store=store,
                  auth=web.basic_auth(), clock=clock, node=config.node or socket.gethostname(),
-                 incident_window=web.incident_window)
+                 incident_window=web.incident_window, faults=faults)
     return WebServer(app, listen, tls=web.tls_config(), limits=web.server_limits(),
                      on_event=lambda why: metrics.http_connections_dropped.labels(why).inc())
 

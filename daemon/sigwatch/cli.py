@@ -1,8 +1,10 @@
-"""Command line: ``run``, ``scan``, ``patterns``, ``check-config``. A stable interface.
+"""Command line: ``run``, ``scan``, ``patterns``, ``check-config``, ``health``, ``faults``,
+``policy``. A stable interface.
 
 Exit status: 0 success (``scan``: nothing found), 1 ``scan`` found detections or a check
 failed, 2 usage, configuration, pattern or input error (one line each on stderr, naming the
-file, the field and the reason).
+file, the field and the reason). ``health``: 0 healthy, 1 a node fault is open, 3 a source
+cannot read, 4 no daemon runs on the config's state folder (or it stopped reporting).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
-from sigwatch import __version__
 from sigwatch.errors import PatternError, SigwatchError
 
 if TYPE_CHECKING:
@@ -57,12 +58,25 @@ def _load_patterns(dirs: Sequence[Path] | None) -> PatternSet:
     return patterns
 
 
+class _Version(argparse.Action):
+    """``--version``, looked up only when asked: the package metadata is slow to read, and
+    ``sigwatch health`` (a prolog, a health check) must answer fast."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from sigwatch import __version__
+
+        print(f"sigwatch {__version__}")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sigwatch",
         description="Recognise GPU training failures in logs, export metrics, hand on-call "
                     "the fix.")
-    p.add_argument("--version", action="version", version=f"sigwatch {__version__}")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="show program's version number and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="Run the daemon: tail files, export metrics and events.")
@@ -159,6 +173,42 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="Validate a config file and its patterns.")
     check.add_argument("file", type=Path)
 
+    health = sub.add_parser(
+        "health", help="Ask the running daemon for its verdict on this node (one line).",
+        description="Find the daemon the config describes (by its state folder) and print its "
+                    "verdict in one line: exit 0 healthy, 1 a node fault is open, 3 a source "
+                    "cannot read, 4 no daemon (or it stopped reporting). For Slurm's "
+                    "HealthCheckProgram, a job prolog or epilog, and anything else that asks.")
+    health.add_argument("--config", type=Path, help="The daemon's config file (TOML).")
+
+    flt = sub.add_parser("faults", help="List or clear this node's faults.")
+    flt_sub = flt.add_subparsers(dest="faults_command", required=True, metavar="ACTION")
+    flist = flt_sub.add_parser("list", help="List the open faults (--all: cleared ones too).")
+    flist.add_argument("--config", type=Path, help="The daemon's config file (TOML).")
+    flist.add_argument("--all", action="store_true", help="Also list cleared faults.")
+    flist.add_argument("--format", choices=["text", "json"], default="text")
+    fclear = flt_sub.add_parser(
+        "clear", help="Clear a fault by hand (resumes the node if sigwatch drained it).")
+    fclear.add_argument("id", help="The fault id (faults list shows it).")
+    fclear.add_argument("--config", type=Path, help="The daemon's config file (TOML).")
+    fclear.add_argument("--by", help="Who clears it (default: the user running this).")
+    fclear.add_argument("--note", default="", help="Why (kept with the fault).")
+    fclear.add_argument("--timeout", type=float, default=60.0,
+                        help="Seconds to wait for the running daemon's answer.")
+
+    pol = sub.add_parser("policy", help="Replay logs through the policy.")
+    pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
+    explain = pol_sub.add_parser(
+        "explain", help="Replay logs through the real engine and print each policy decision.",
+        description="Read LOG files from the start through the same engine and policy as the "
+                    "daemon (nothing is drained, nothing is written) and print what the policy "
+                    "decides for each detection. Exit 1 when a fault would open, else 0.")
+    explain.add_argument("--config", type=Path, help="The daemon's config file (TOML).")
+    explain.add_argument("--patterns", action="append", type=Path, metavar="DIR")
+    explain.add_argument("--add-patterns", action="append", type=Path, metavar="DIR")
+    explain.add_argument("--node", metavar="NAME", help="The Slurm node name to show.")
+    explain.add_argument("logs", nargs="+", metavar="LOG", help="Log files to replay.")
+
     tpl = sub.add_parser("templates", help="Print the mined template id and text of each line.")
     tpl.add_argument("--format", choices=["text", "csv"], default="text")
     tpl.add_argument("files", nargs="+", metavar="FILE", help="Files to read; - is stdin.")
@@ -172,6 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sigwatch.process import EarlySignals
 
         EarlySignals.install()
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given[:1] == ["health"] and "-h" not in given and "--help" not in given:
+        return _health(given[1:])  # without building the whole parser: answer fast
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)
@@ -181,6 +234,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_SIGPIPE
+
+
+def _health(argv: list[str]) -> int:
+    """``sigwatch health [--config FILE]`` (``sigwatch health --help`` for the text)."""
+    from sigwatch.faults.verdict import main_health
+
+    p = argparse.ArgumentParser(prog="sigwatch health")
+    p.add_argument("--config", type=Path)
+    args = p.parse_args(argv)
+    return main_health(args.config, sys.stdout, sys.stderr)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -199,6 +262,18 @@ def _dispatch(args: argparse.Namespace) -> int:
             return print_templates(args.files, sys.stdout, fmt=args.format)
         if args.command == "exec":
             return _exec(args)
+        if args.command == "health":
+            return _health(["--config", str(args.config)] if args.config else [])
+        if args.command == "faults":
+            from sigwatch.faults_cli import clear_fault, list_faults
+
+            if args.faults_command == "list":
+                return list_faults(args, sys.stdout)
+            return clear_fault(args, sys.stdout)
+        if args.command == "policy":
+            from sigwatch.faults_cli import explain
+
+            return explain(args, sys.stdout)
     except _LoadFailedError as exc:
         for err in exc.errors:
             print(f"sigwatch: {err}", file=sys.stderr)
@@ -325,6 +400,10 @@ def _check_config(path: Path, out: TextIO) -> int:
     patterns, errors = load_patterns(
         (list(config.patterns) or _builtin()) + list(config.add_patterns))
     problems += [str(e) for e in errors]
+    if not errors:
+        from sigwatch.app import policy_problems
+
+        problems += [f"{path}: {field}: {why}" for field, why in policy_problems(config, patterns)]
     try:
         check_bind(config.listen)
     except SigwatchError as exc:
@@ -415,5 +494,19 @@ def _run(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"sources": [
             s.model_copy(update={"format": args.input_format}) if s.kind == "files" else s
             for s in config.sources]})
-    _load_patterns((list(config.patterns) or _builtin()) + list(config.add_patterns))
+    patterns = _load_patterns((list(config.patterns) or _builtin()) + list(config.add_patterns))
+    _check_policy(args.config, config, patterns)
     return run_daemon(config)
+
+
+def _check_policy(path: Path | None, config: object, patterns: PatternSet) -> None:
+    """Refuse a ``[policy]`` the signatures contradict, naming the file and the field."""
+    from sigwatch.app import policy_problems
+    from sigwatch.config import Config, ConfigProblemsError
+    from sigwatch.errors import ConfigError
+
+    assert isinstance(config, Config)
+    problems = policy_problems(config, patterns)
+    if problems:
+        raise ConfigProblemsError([ConfigError(str(path or "<defaults>"), field, why)
+                                   for field, why in problems])

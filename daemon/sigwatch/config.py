@@ -19,6 +19,8 @@ from pydantic import (
 
 from sigwatch.detectors.progress import Extractor
 from sigwatch.errors import ConfigError, field_path
+from sigwatch.faults.settings import PolicySettings, SlurmSettings
+from sigwatch.statedir import default_state_dir
 from sigwatch.web.server import ListenAddressError, parse_listen
 from sigwatch.web.settings import WebSettings
 
@@ -27,16 +29,6 @@ __all__ = ["DEFAULT_LISTEN", "DEFAULT_WATCH", "Config", "SourceConfig", "default
 
 DEFAULT_WATCH = "/var/log/training/**/*.log"
 DEFAULT_LISTEN = "127.0.0.1:9750"
-
-
-def default_state_dir() -> Path:
-    """systemd's StateDirectory when set, /var/lib/sigwatch as root, else the user's state dir."""
-    if os.environ.get("STATE_DIRECTORY"):
-        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
-    if os.geteuid() == 0:
-        return Path("/var/lib/sigwatch")
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "sigwatch"
 
 
 _ENV_REFERENCE = re.compile(
@@ -234,6 +226,8 @@ class Config(_Strict):
     web: WebSettings = Field(default_factory=WebSettings)
     detectors: DetectorSettings = Field(default_factory=DetectorSettings)
     alerting: AlertingSettings = Field(default_factory=AlertingSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    slurm: SlurmSettings | None = None  # drain and resume this node in Slurm
     # "": the host name; "${NODE_NAME}" (or $NODE_NAME, ${NODE_NAME:-default}): from the
     # environment, as a Kubernetes DaemonSet sets it from spec.nodeName.
     node: str = Field(default="", pattern=r"^[A-Za-z0-9_.:-]{0,253}$")

@@ -141,6 +141,9 @@ class Detection:
     key: str = ""  # idempotency basis for a line-less detection (e.g. the deadline it fired at)
     facts: tuple[tuple[str, str], ...] = ()  # figures a detector measured (before/after, ...)
     owner: str = "unknown"  # whose fault: user | node | fabric | unknown
+    # The triggering line's own timestamp (None when it carries none): ``time`` is when it
+    # was read. A line read again after a lost checkpoint keeps its own time.
+    line_time: float | None = None
 
     @property
     def event_id(self) -> str:

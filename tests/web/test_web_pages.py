@@ -10,7 +10,7 @@ import pytest
 from support.web import NOW, engine_store, make_detection, status_for
 
 from sigwatch.model import Detection, Remediation, RootCause, Severity
-from sigwatch.web.status import NodeFault, StaticStatus
+from sigwatch.web.status import StaticStatus
 from sigwatch.web.store import DetectionStore
 
 
@@ -202,18 +202,42 @@ class TestIncidentsFirst:
         assert 'job <b class="field-job">4471203</b>' in page
         assert 'owner <b class="field-owner">node</b>' in page
 
-    def test_node_faults_are_listed_firing_first(self, serve) -> None:
-        """Faults of the node itself (a scheduler drain) have their own place."""
-        faults = [NodeFault("GPU health check failed", "cleared", Severity.ERROR, NOW - 600),
-                  NodeFault("Drained by Slurm", "firing", Severity.CRITICAL, NOW - 60,
-                            detail="Reason=gpu xid 79")]
+    def test_the_node_faults_follow_the_open_incidents(self, tmp_path) -> None:  # noqa: ANN001
+        """The node's faults (sigwatch.web.faults) have their place: after the incident cards
+        (the phone's first screen stays the worst incident), before every detection."""
+        from prometheus_client import CollectorRegistry  # noqa: PLC0415
+        from support.web import request  # noqa: PLC0415
 
-        page = self._page(serve, node_faults=faults)
-        section = page[page.index('<section id="node-faults">'):]
+        from sigwatch.clock import FakeClock  # noqa: PLC0415
+        from sigwatch.faults.engine import FaultEngine  # noqa: PLC0415
+        from sigwatch.faults.policy import Policy  # noqa: PLC0415
+        from sigwatch.faults.settings import PolicySettings  # noqa: PLC0415
+        from sigwatch.web.app import WebApp  # noqa: PLC0415
+        from sigwatch.web.server import WebServer  # noqa: PLC0415
+        from sigwatch.web.status import Liveness  # noqa: PLC0415
 
-        assert '<h1 class="headline headline-bad">1 node fault</h1>' in page
-        assert section.index("Drained by Slurm") < section.index("GPU health check failed")
-        assert "Reason=gpu xid 79" in section
+        clock = FakeClock(NOW + 60)
+        xid = make_detection(0, signature="nvidia_xid_79_fallen_off_bus",
+                             title="GPU Has Fallen Off The Bus", severity=Severity.CRITICAL,
+                             owner="node", line_time=NOW)
+        engine = FaultEngine(Policy(PolicySettings(mode="observe")), clock=clock)
+        engine.emit(xid)
+        store = DetectionStore(None)
+        store.add(xid)
+        app = WebApp(registry=CollectorRegistry(), liveness=Liveness(clock),
+                     status=StaticStatus(), store=store, clock=clock, node="node7",
+                     faults=engine)
+        server = WebServer(app, "127.0.0.1:0")
+        server.start()
+        try:
+            page = request(server.url("").rstrip("/"), "/").text
+        finally:
+            server.stop(timeout=5)
+
+        cards = page.index('<section id="incidents"')
+        faults = page.index('<h2 id="faults">Node faults</h2>')
+        assert cards < faults < page.index('<section id="detections">')
+        assert engine.faults()[0].id in page
 
     def test_the_filter_form_is_folded_until_a_filter_is_used(self, serve) -> None:
         """On a phone the form must not push the incident off the first screen."""

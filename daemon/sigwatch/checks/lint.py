@@ -3,7 +3,8 @@
 Codes are stable so they can be referred to: P001 schema, P002 identity, P003 regex, P004
 examples cover every step, P005 keywords honest, P006 catastrophic backtracking, P007 anchoring,
 P008 wording, P009 references, P010 labels, P011 remediation, P012 examples pass, P013 source
-kinds, P015 owner.
+kinds, P015 owner, P016 policy (a user-owned signature never drains; recovery signatures
+exist).
 """
 
 from __future__ import annotations
@@ -159,6 +160,25 @@ def _lint_signature(sig: CompiledSignature, strict: bool) -> list[Finding]:
     if sig.severity.label in ("error", "critical") and getattr(sig.raw, "owner", None) is None:
         add("P015", "owner", "error and critical signatures must say whose fault it is: "
             "user, node, fabric or unknown (a node-owned fault may drain the node)")
+    policy = dict(sig.policy)
+    if policy.get("action") == "drain" and sig.owner == "user":
+        add("P016", "policy.action", "a user-owned signature never drains a node")
+    if policy.get("count", 1) > 1 and "window_seconds" not in policy:
+        add("P016", "policy.count", "a count above 1 needs window_seconds: the count is "
+            "within that window")
+    if policy.get("recovered_by") and sig.id in policy["recovered_by"]:
+        add("P016", "policy.recovered_by", "a signature cannot be its own recovery line")
+    return out
+
+
+def _lint_recovery(patterns: PatternSet) -> list[Finding]:
+    """P016: every signature named in ``[policy] recovered_by`` is loaded."""
+    out = []
+    for sig in patterns.signatures:
+        for rec in dict(sig.policy).get("recovered_by", ()):
+            if patterns.get(rec) is None:
+                out.append(Finding("P016", "error", str(sig.path),
+                                   "policy.recovered_by", f"no signature has the id {rec!r}"))
     return out
 
 
@@ -169,6 +189,7 @@ def lint(patterns: PatternSet, load_errors: list[PatternError], *,
                         e.file, e.field, e.reason) for e in load_errors]
     for sig in patterns.signatures:
         findings.extend(_lint_signature(sig, strict))
+    findings.extend(_lint_recovery(patterns))
     for result in run_examples(patterns, Engine(patterns)):
         if not result.passed:
             findings.append(Finding("P012", "error", result.file,

@@ -166,7 +166,7 @@ class SignatureDetector:
             line=line.lineno, offset=line.offset, text=line.text, time=now,
             remediation=sig.remediation, context=f.context, rank=line.rank,
             captures=f.captures, labels=sig.labels, host=self.host,
-            first_offset=f.first.line.offset, owner=sig.owner,
+            first_offset=f.first.line.offset, owner=sig.owner, line_time=line.time,
         )
 
     def _context(self, sig: CompiledSignature, event: LineEvent) -> tuple[str, ...]:

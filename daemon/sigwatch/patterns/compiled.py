@@ -78,6 +78,8 @@ class CompiledSignature:
     sources: frozenset[str] = frozenset({"any"})  # stream kinds it applies to (kinds.applies)
     once_per_stream: bool = False
     owner: str = "unknown"  # user | node | fabric | unknown (whose fault it is)
+    # The keys its file's [policy] table sets (sigwatch.faults.policy merges them).
+    policy: tuple[tuple[str, Any], ...] = ()
 
     @property
     def action(self) -> str:

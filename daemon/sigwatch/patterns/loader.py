@@ -126,7 +126,16 @@ def compile_signature(raw: SignatureFile, path: Path) -> CompiledSignature:
         raw=raw,
         sources=frozenset(raw.sources),
         owner=raw.owner or "unknown",
+        policy=_policy_keys(raw),
     )
+
+
+def _policy_keys(raw: SignatureFile) -> tuple[tuple[str, object], ...]:
+    """The keys the file's ``[policy]`` table sets (lists become tuples: the value is frozen)."""
+    if raw.policy is None:
+        return ()
+    given = raw.policy.model_dump(exclude_unset=True)
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(given.items()))
 
 
 def _load_file(path: Path) -> tuple[CompiledSignature | None, list[PatternError]]:

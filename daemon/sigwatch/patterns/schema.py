@@ -14,6 +14,7 @@ __all__ = [
     "ExampleSpec",
     "KnownFalsePositive",
     "MatchSpec",
+    "PolicySpec",
     "RemediationSpec",
     "SignatureFile",
     "StepSpec",
@@ -85,6 +86,20 @@ class CollateralSpec(_Strict):
     severity: Literal["info", "warning", "error", "critical"] | None = None
 
 
+class PolicySpec(_Strict):
+    """What the node does about this signature (``sigwatch.faults``): overrides the config's
+    defaults by owner and severity; a site's ``[policy.signatures.<id>]`` overrides it."""
+
+    action: Literal["none", "drain"] | None = None
+    count: int | None = Field(default=None, ge=1, le=10_000)
+    window_seconds: float | None = Field(default=None, gt=0, le=366 * 86400)
+    escalate_after_reboots: int | None = Field(default=None, ge=0, le=1000)
+    # Signatures whose line says the fault is over (a recovery line): it clears the fault.
+    recovered_by: list[str] = Field(default_factory=list)
+    # The short fix quoted in the Slurm drain reason (default: the summary's first sentence).
+    reason: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[ -~]+$")
+
+
 class ExampleSpec(_Strict):
     """An embedded test: log text that must (or must not) produce a detection."""
 
@@ -124,5 +139,6 @@ class SignatureFile(_Strict):
     match: MatchSpec
     context: ContextSpec = Field(default_factory=ContextSpec)
     remediation: RemediationSpec = Field(default_factory=RemediationSpec)
+    policy: PolicySpec | None = None
     examples: list[ExampleSpec] = Field(default_factory=list)
     known_false_positives: list[KnownFalsePositive] = Field(default_factory=list)

@@ -229,6 +229,15 @@ class Runtime:
                     if last is not None:
                         self.metrics.source_last_read.labels(name).set(last)
 
+    def reading_problems(self) -> dict[str, str]:
+        """Configured source name -> why it cannot read now (the monitor is blind there)."""
+        out: dict[str, str] = {}
+        for source in self.sources:
+            report = getattr(source, "reading_problems", None)
+            if report is not None:
+                out.update(report())
+        return out
+
     def next_wakeup(self) -> float:
         """Seconds until a source's timer or a detector's deadline."""
         now = self.clock.monotonic()

@@ -406,6 +406,11 @@ class FileTailer:
             self._observer.file_error(self.source, self.path, reason, str(exc))
         self._failing = reason
 
+    @property
+    def failing(self) -> str | None:
+        """Why the path cannot be opened now (a ``file_errors`` reason), None when it can."""
+        return self._failing
+
     def release(self, stream: FileStream) -> None:
         """Stop following ``stream`` under this path (another tailer adopted it)."""
         self.draining = [d for d in self.draining if d.stream is not stream]

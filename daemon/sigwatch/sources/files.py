@@ -173,6 +173,7 @@ class FileSource:
             | None = None
         self.observer = _Observer(metrics)
         self.tailers: dict[str, FileTailer] = {}
+        self._over: dict[str, int] = {}  # files per source left out by max_files
         # id(stream) -> [handle, truncations, lines handed out]
         self._handles: dict[int, list[int]] = {}
         self._next_handle = 1
@@ -465,6 +466,7 @@ class FileSource:
         looked, since = time.time(), self._last_rescan_wall
         self._last_rescan_wall = looked
         found, over = expand_sources_counted(self.sources, self.options.max_files)
+        self._over = dict(over)
         if over:
             log.warning("max_files_reached", limit=self.options.max_files,
                         not_followed=sum(over.values()))
@@ -640,6 +642,25 @@ class FileSource:
                     behind[stream.source] = (behind.get(stream.source, 0.0)
                                              + stream.last_size - stream.offset)
         return {name: (lag, "bytes", self._last_read.get(name)) for name, lag in behind.items()}
+
+    def reading_problems(self) -> dict[str, str]:
+        """Per source name, why files it should read cannot be read now (blind spots):
+        files that fail to open or read (permission, fd limit, I/O), files left out by
+        ``max_files``."""
+        found: dict[str, list[str]] = {}
+        for tailer in self.tailers.values():
+            why = tailer.failing
+            if why in ("permission", "fd_limit", "io"):
+                found.setdefault(tailer.source, []).append(f"{tailer.path}: {why}")
+        out = {}
+        for source, problems in found.items():
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            out[source] = f"{sorted(problems)[0]}{more}"
+        for source, count in self._over.items():
+            if count:
+                note = f"{count} file(s) not followed: max_files reached"
+                out[source] = f"{out[source]}; {note}" if source in out else note
+        return out
 
     def streams_by_source(self) -> dict[str, int]:
         """Files followed now, per configured source name (for start-up and status lines)."""

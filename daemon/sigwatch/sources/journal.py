@@ -405,6 +405,12 @@ class JournalSource:
             return self.restart_at
         return now + self.poll_interval
 
+    def reading_problems(self) -> dict[str, str]:
+        """journalctl is not running (it could not start, or it exited): the last error."""
+        if self.proc is None and self.restart_at is not None and self.errors:
+            return {self.name: self.errors[-1].strip().splitlines()[-1][:300]}
+        return {}
+
     def fds(self) -> tuple[int, ...]:
         """journalctl's stdout: readable when entries arrive (or at its exit)."""
         if self.proc is not None and self.proc.stdout is not None:

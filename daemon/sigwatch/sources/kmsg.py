@@ -328,6 +328,15 @@ class KmsgSource:
             return self.fallback.next_wakeup(now)
         return now + self.poll_interval
 
+    def reading_problems(self) -> dict[str, str]:
+        """The device cannot be read: the fallback's problems, or why it is not open."""
+        if self.fallback is not None:
+            report = getattr(self.fallback, "reading_problems", None)
+            return report() if report is not None else {}
+        if self.fd is None and not self._eof:
+            return {self.name: f"{self.path} is not open"}
+        return {}
+
     def progress(self) -> dict[str, tuple[float | None, str, float | None]]:
         """Liveness for the runtime: records read but not handed out yet, last read time.
 

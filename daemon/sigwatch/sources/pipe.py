@@ -134,6 +134,10 @@ class PipeSource:
             self.on_error(self.name, text)
         self.error = text
 
+    def reading_problems(self) -> dict[str, str]:
+        """Why the pipe cannot be read now (not a FIFO, cannot be opened), if so."""
+        return {self.name: self.error} if self.error else {}
+
     def poll(self, now: float) -> Iterator[StreamEvent]:
         """Read what the pipe holds now (never waits), hand out its whole lines."""
         if self._closed:

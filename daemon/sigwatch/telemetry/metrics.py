@@ -252,6 +252,59 @@ class SelfMetrics:
             "Files matching the globs that are not followed because max_files was reached.",
             ["source"], registry=r)
 
+        # --- Node faults and Slurm actions (issue 24). A fault is opened by a detection the
+        # policy acts on and lives until a recovery signal; every drain and resume sigwatch
+        # takes, observes (observe mode) or refuses (circuit breaker, someone else's drain) is
+        # counted by outcome. All series exist at zero from start-up (declare_faults).
+        self.faults_open = Gauge(
+            "sigwatch_faults_open",
+            "Node faults open now, by state (firing, recovering after a reboot, escalated).",
+            ["state"], registry=r)
+        self.faults_opened = Counter(
+            "sigwatch_faults_opened", "Node faults opened, by owner of the signature.",
+            ["owner"], registry=r)
+        self.faults_cleared = Counter(
+            "sigwatch_faults_cleared",
+            "Node faults cleared, by recovery signal (reboot and clean window, recovery line, "
+            "manual clear).", ["how"], registry=r)
+        self.policy_decisions = Counter(
+            "sigwatch_policy_decisions",
+            "What the policy made of detections (none, counting, opened, folded, duplicate, "
+            "stale_boot, stale_cleared, ...).", ["decision"], registry=r)
+        self.node_actions = Counter(
+            "sigwatch_node_actions",
+            "Drains and resumes of this node in Slurm: taken, observed (observe mode), refused "
+            "(circuit breaker) or left alone (someone else's drain), by outcome.",
+            ["action", "outcome"], registry=r)
+        self.drain_breaker_open = Gauge(
+            "sigwatch_drain_breaker_open",
+            "1 while the circuit breaker refuses this node's drain (too many nodes drained by "
+            "sigwatch, or too many drains this hour).", registry=r)
+        self.policy_mode = Gauge(
+            "sigwatch_policy_mode", "1 for the policy mode in force (observe or act).",
+            ["mode"], registry=r)
+        self.source_up = Gauge(
+            "sigwatch_source_up",
+            "1 while a source can read its input, 0 while it cannot (the monitor is blind "
+            "there: unreadable files, a journal reader that died, a missing pipe).",
+            ["source"], registry=r)
+
+    def declare_faults(self, decisions: Iterable[str],
+                       actions: Iterable[tuple[str, str]], mode: str) -> None:
+        """Every fault, decision and action series at zero; the mode gauge set."""
+        for state in ("firing", "recovering", "escalated"):
+            self.faults_open.labels(state)
+        for owner in ("node", "fabric", "unknown"):
+            self.faults_opened.labels(owner)
+        for how in ("reboot", "recovery", "manual"):
+            self.faults_cleared.labels(how)
+        for decision in decisions:
+            self.policy_decisions.labels(decision)
+        for action, outcome in actions:
+            self.node_actions.labels(action, outcome)
+        for name in ("observe", "act"):
+            self.policy_mode.labels(name).set(1 if name == mode else 0)
+
     def declare_input_kinds(self, files: Iterable[str], kmsg: Iterable[str]) -> None:
         """Series at zero for file sources (unmatched globs) and kernel-log loss."""
         for source in files:
@@ -285,6 +338,7 @@ class SelfMetrics:
                 metric.labels(source)
             self.files_watched.labels(source)
             self.source_last_read.labels(source)
+            self.source_up.labels(source).set(1)
             for reason in DATA_LOSS_REASONS:
                 self.data_loss.labels(source, reason)
             for reason in FILE_ERROR_REASONS:

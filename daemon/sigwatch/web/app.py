@@ -23,6 +23,7 @@ from prometheus_client.exposition import choose_encoder
 
 from sigwatch.clock import Clock, SystemClock
 from sigwatch.web import api, pages
+from sigwatch.web import faults as faults_web
 from sigwatch.web.auth import BasicAuth
 from sigwatch.web.render import SECURITY_HEADERS, error_page
 from sigwatch.web.request import (
@@ -94,10 +95,13 @@ class WebApp:
         clock: Clock | None = None,
         node: str = "",
         incident_window: float = 3600.0,
+        faults: faults_web.FaultsProvider | None = None,
     ) -> None:
         """``status`` and ``store`` together mount the status page and the JSON API;
         ``node`` is the node name shown in page titles and headers (``--node``);
-        ``incident_window``: seconds without a repeat before an incident is no longer open."""
+        ``incident_window``: seconds without a repeat before an incident is no longer open;
+        ``faults`` mounts the node faults' API (``/api/v1/faults``) and their section of the
+        status page."""
         self.registry = registry
         self.liveness = liveness
         self.status = status
@@ -110,9 +114,12 @@ class WebApp:
         self.add_route("/metrics", self._metrics)
         self.add_route("/-/healthy", self._healthy)
         self.add_route("/-/ready", self._ready)
+        sections = [faults_web.section_renderer(faults)] if faults is not None else []
         if status is not None and store is not None:
-            pages.mount(self, store, status)
+            pages.mount(self, store, status, sections=sections)
             api.mount(self, store, status)
+        if faults is not None:
+            faults_web.mount(self, faults)
 
     def add_route(self, template: str, handler: Handler,
                   methods: Iterable[str] = _READ_METHODS) -> None:
@@ -140,9 +147,12 @@ class WebApp:
         except UnicodeError:
             path = raw_path
         api = path.startswith("/api/")
-        if self.auth is not None and self.auth.check(environ.get("HTTP_AUTHORIZATION")) is None:
-            return _error(401, "authentication required", api=api,
-                          headers=[("WWW-Authenticate", self.auth.challenge)])
+        if self.auth is not None:
+            user = self.auth.check(environ.get("HTTP_AUTHORIZATION"))
+            if user is None:
+                return _error(401, "authentication required", api=api,
+                              headers=[("WWW-Authenticate", self.auth.challenge)])
+            environ["sigwatch.user"] = user
         route, params, allowed = self._match(path, method)
         if route is None:
             if allowed:

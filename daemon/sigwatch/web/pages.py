@@ -3,10 +3,10 @@
 Server-rendered HTML, no script, readable on a phone (tables turn into cards below 700 px).
 ``/`` starts with the open incidents (``incidents.py``: repeats counted, fallout folded under
 its cause, the most severe first), each with its line and its fix, so the first screen of a
-phone shows the worst one; then faults of the node itself, every recent detection newest first
-(filters: severity, signature, source, folded away until used; paging with the API's cursor),
-the earlier incidents and each reader's health. The header names the node (``--node``). A
-detection's page shows the triggering line highlighted after its context, where it was read
+phone shows the worst one; then the node's faults (``faults.py``), every recent detection
+newest first (filters: severity, signature, source, folded away until used; paging with the
+API's cursor), the earlier incidents and each reader's health. The header names the node
+(``--node``). A detection's page shows the triggering line highlighted after its context, where it was read
 (file, line, offset, rank), the fix (summary, steps, runbook), its root cause or its fallout,
 and earlier detections of the same signature; a detection without a line shows what it is
 about and its figures.
@@ -15,7 +15,7 @@ about and its figures.
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from sigwatch.clock import Clock
 from sigwatch.model import Detection, Severity
@@ -31,7 +31,7 @@ from sigwatch.web.render import (
     severity_badge,
 )
 from sigwatch.web.request import BadRequestError, Request, Response
-from sigwatch.web.status import NodeFault, SourceStatus, StatusProvider
+from sigwatch.web.status import SourceStatus, StatusProvider
 from sigwatch.web.store import DetectionStore, StoredDetection
 
 __all__ = ["detection_path", "detection_url", "mount"]
@@ -52,13 +52,18 @@ def detection_url(external_url: str, event_id: str) -> str:
 
 
 def mount(app: Router, store: DetectionStore, status: StatusProvider, *,
-          clock: Clock | None = None, node: str = "", window: float | None = None) -> None:
+          clock: Clock | None = None, node: str = "", window: float | None = None,
+          sections: Sequence[Callable[[float], str]] = ()) -> None:
     """Add ``/`` and ``/detections/{event_id}`` to ``app`` (its clock, node and incident
-    window by default)."""
+    window by default).
+
+    ``sections`` render more blocks of ``/`` (given the time), placed right after the open
+    incidents: the node faults (``sigwatch.web.faults``)."""
     pages = _Pages(store, status, clock or getattr(app, "clock"),  # noqa: B009
                    node or str(getattr(app, "node", "")),
                    window if window is not None else float(getattr(app, "incident_window",
-                                                                   DEFAULT_WINDOW)))
+                                                                   DEFAULT_WINDOW)),
+                   sections)
     app.add_route("/", pages.index)
     app.add_route("/detections/{event_id}", pages.detection)
 
@@ -90,12 +95,14 @@ def _where(d: Detection) -> str:
 
 class _Pages:
     def __init__(self, store: DetectionStore, status: StatusProvider, clock: Clock,
-                 node: str, window: float) -> None:
+                 node: str, window: float,
+                 sections: Sequence[Callable[[float], str]] = ()) -> None:
         self.store = store
         self.status = status
         self.clock = clock
         self.node = node
         self.window = window
+        self.sections = list(sections)
 
     def _page(self, title: str, body: str, status: int = 200) -> Response:
         return Response(status, layout(title, body, node=self.node), _HTML)
@@ -110,10 +117,11 @@ class _Pages:
         incidents = build_incidents(self.store.items(), now=now, window=self.window,
                                     held_open=self.status.open_incidents())
         open_now = [i for i in incidents if i.open]
-        faults = list(self.status.node_faults())
-        body = [self._headline(open_now, faults, now)]
+        body = [self._headline(open_now, now)]
         body.append(self._open_incidents(open_now, now))
-        body.append(self._node_faults(faults, now))
+        # More blocks (the node faults, sigwatch.web.faults): after the incidents, so a
+        # phone's first screen shows the worst incident and its fix.
+        body.extend(section(now) for section in self.sections)
         body.append(self._recent(q, page.items, page.next_cursor, page.total, now))
         body.append(self._earlier_incidents([i for i in incidents if not i.open], now))
         body.append(self._sources(self.status.sources(), now))
@@ -121,10 +129,8 @@ class _Pages:
 
     # -- incidents first -----------------------------------------------------------------------
 
-    def _headline(self, open_now: Sequence[Incident], faults: Sequence[NodeFault],
-                  now: float) -> str:
-        firing = [f for f in faults if f.state == "firing"]
-        if not open_now and not firing:
+    def _headline(self, open_now: Sequence[Incident], now: float) -> str:
+        if not open_now:
             last = self.store.query(limit=1).items
             quiet = (f"Last detection {ago(last[0].detection.time, now)}."
                      if last else "Nothing recognised on this node yet.")
@@ -137,11 +143,9 @@ class _Pages:
             by_severity[i.severity] = by_severity.get(i.severity, 0) + 1
         counts = " · ".join(f"{n} {s.label}" for s, n in sorted(by_severity.items(),
                                                                  reverse=True))
-        words = [_plural(len(open_now), "open incident")] if open_now else []
-        if firing:
-            words.append(_plural(len(firing), "node fault"))
-        return (f'<h1 class="headline headline-bad">{e(", ".join(words))}</h1>'
-                + (f'<p class="counts">{e(counts)}</p>' if counts else ""))
+        return (f'<h1 class="headline headline-bad">'
+                f'{e(_plural(len(open_now), "open incident"))}</h1>'
+                f'<p class="counts">{e(counts)}</p>')
 
     def _open_incidents(self, open_now: Sequence[Incident], now: float) -> str:
         if not open_now:
@@ -218,24 +222,6 @@ class _Pages:
         return ('<details class="fallout"><summary>Fallout: '
                 f"{e(_plural(inc.fallout_count, 'detection'))} caused by this "
                 f'({names})</summary><ul>{"".join(items)}</ul></details>')
-
-    def _node_faults(self, faults: Sequence[NodeFault], now: float) -> str:
-        """Faults of the node itself (scheduler, health checks), firing first."""
-        if not faults:
-            return ""
-        rows = []
-        for f in sorted(faults, key=lambda f: (f.state != "firing", -f.severity, -f.since)):
-            state = ("state-bad" if f.state == "firing" else "state-ok")
-            rows.append(
-                f'<tr><td data-label="State"><span class="state {state}">{e(f.state)}</span>'
-                f"</td><td data-label=\"Severity\">{severity_badge(f.severity)}</td>"
-                f'<td data-label="Fault"><b>{e(f.name)}</b><br><span class="muted">'
-                f"{e(f.detail)}</span></td>"
-                f'<td data-label="Since">{e(fmt_time(f.since))}<br><span class="muted">'
-                f"{e(ago(f.since, now))}</span></td></tr>")
-        return ('<section id="node-faults"><h2>Node faults</h2><table class="cards">'
-                "<thead><tr><th>State</th><th>Severity</th><th>Fault</th><th>Since</th></tr>"
-                "</thead><tbody>" + "".join(rows) + "</tbody></table></section>")
 
     def _earlier_incidents(self, closed: Sequence[Incident], now: float) -> str:
         if not closed:

@@ -20,7 +20,6 @@ from sigwatch.model import Detection, Severity
 __all__ = [
     "LagUnit",
     "Liveness",
-    "NodeFault",
     "Progress",
     "RegistryStatus",
     "SignatureInfo",
@@ -127,26 +126,6 @@ class SignatureInfo:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class NodeFault:
-    """A fault of the node itself (a scheduler drain, a health check failing), not of a job.
-
-    Reported by whatever watches the node (a Slurm node-state reader, for instance); the status
-    page lists firing faults beside the open incidents and cleared ones among the earlier.
-    """
-
-    name: str  # what is wrong, short ("GPU health check failed", "drained by slurm")
-    state: Literal["firing", "cleared"]
-    severity: Severity
-    since: float  # wall-clock time it started (firing) or cleared
-    detail: str = ""  # the reason as reported, shown as text
-    source: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "state": self.state, "severity": self.severity.label,
-                "since": self.since, "detail": self.detail, "source": self.source}
-
-
 class StatusProvider(Protocol):
     """Implemented by the composition root; called from HTTP threads (must be thread-safe)."""
 
@@ -160,10 +139,6 @@ class StatusProvider(Protocol):
 
     def open_incidents(self) -> Sequence[Detection]:
         """Detections still open: a stall not yet over, a regression not yet recovered."""
-        ...
-
-    def node_faults(self) -> Sequence[NodeFault]:
-        """Faults of the node itself, firing or recently cleared (empty when none is known)."""
         ...
 
 
@@ -200,12 +175,10 @@ class StaticStatus:
 
     def __init__(self, sources: Sequence[SourceStatus] = (),
                  signatures: Sequence[SignatureInfo] = (),
-                 open_incidents: Sequence[Detection] = (),
-                 node_faults: Sequence[NodeFault] = ()) -> None:
+                 open_incidents: Sequence[Detection] = ()) -> None:
         self._sources = list(sources)
         self._signatures = list(signatures)
         self._open = list(open_incidents)
-        self._faults = list(node_faults)
 
     def sources(self) -> Sequence[SourceStatus]:
         return list(self._sources)
@@ -215,9 +188,6 @@ class StaticStatus:
 
     def open_incidents(self) -> Sequence[Detection]:
         return list(self._open)
-
-    def node_faults(self) -> Sequence[NodeFault]:
-        return list(self._faults)
 
 
 Progress = Callable[[str], tuple[float | None, LagUnit, float | None]]
@@ -249,14 +219,12 @@ class RegistryStatus:
         signatures: Callable[[], Sequence[SignatureInfo]],
         open_incidents: Callable[[], Sequence[Detection]] = tuple,
         progress: Progress | None = None,
-        node_faults: Callable[[], Sequence[NodeFault]] = tuple,
     ) -> None:
         """``sources``: (name, kind) for each configured source, in configuration order."""
         self._registry = registry
         self._sources = list(sources)
         self._signatures = signatures
         self._open = open_incidents
-        self._faults = node_faults
         self._progress = progress or (lambda _name: (None, "none", None))
 
     def sources(self) -> Sequence[SourceStatus]:
@@ -283,6 +251,3 @@ class RegistryStatus:
 
     def open_incidents(self) -> Sequence[Detection]:
         return list(self._open())
-
-    def node_faults(self) -> Sequence[NodeFault]:
-        return list(self._faults())
