@@ -6,10 +6,10 @@ its cause, the most severe first), each with its line and its fix, so the first 
 phone shows the worst one; then the node's faults (``faults.py``), every recent detection
 newest first (filters: severity, signature, source, folded away until used; paging with the
 API's cursor), the earlier incidents and each reader's health. The header names the node
-(``--node``). A detection's page shows the triggering line highlighted after its context, where it was read
-(file, line, offset, rank), the fix (summary, steps, runbook), its root cause or its fallout,
-and earlier detections of the same signature; a detection without a line shows what it is
-about and its figures.
+(``--node``). A detection's page shows the triggering line highlighted after its context,
+where it was read (file, line, offset, rank), the fix (summary, steps, runbook), its root
+cause or its fallout, and earlier detections of the same signature; a detection without a
+line shows what it is about and its figures.
 """
 
 from __future__ import annotations
