@@ -43,6 +43,8 @@ GENERIC = frozenset({
     "slurm_job_cancelled",
     "srun_task_failed",
     "torchelastic_root_cause_summary",
+    "vllm_engine_dead",
+    "sglang_scheduler_exception",
 })
 """Signatures that name a failure without its cause; they rank below any specific one."""
 

@@ -96,3 +96,26 @@ def test_excluded_status_names_do_not_alarm(library) -> None:  # noqa: ANN001
                 loud += [line for line in spec.render(entry) if coverage._detect(engine, line)]  # noqa: SLF001
 
     assert [] == loud
+
+
+extract_enums = _load("extract_enums")
+
+
+@pytest.mark.parametrize("family", sorted(coverage.FAMILIES))
+def test_enumeration_data_file_is_well_formed(family: str) -> None:
+    """Every key present, a 40-digit commit, no empty or duplicate names (extracted or recorded)."""
+    assert [] == extract_enums.check(family)
+
+
+def test_every_recorded_family_is_rendered_and_checked() -> None:
+    """A table recorded by hand (repository too large to snapshot) still has a rendering."""
+    assert set(extract_enums.RECORDED) <= set(coverage.FAMILIES)
+    assert set(extract_enums.EXTRACTORS) <= set(coverage.FAMILIES)
+
+
+@pytest.mark.parametrize("family", sorted(coverage.FAMILIES))
+def test_source_is_a_permalink_at_the_recorded_commit(family: str) -> None:
+    """The source URL pins the commit the table was read at, so the wording can be checked."""
+    data = json.loads((coverage.ENUMS / f"{family}.json").read_text(encoding="utf-8"))
+
+    assert data["source"] == f"{data['repository']}/blob/{data['commit']}/{data['path']}"
