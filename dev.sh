@@ -3,6 +3,7 @@
 #   ./dev.sh run [ARGS...]    run the daemon (default configuration unless ARGS say otherwise)
 #   ./dev.sh test [PYTEST...]  run the whole test suite (what CI runs)
 #   ./dev.sh recall [--misses]  recall and false alarms on the real corpus (tests/corpus/real)
+#   ./dev.sh package           the wheel and the .deb into dist/ (docs/deploy.md)
 #   ./dev.sh bench | reliability | mutations | catalogue | coverage | venv
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -51,6 +52,18 @@ case "$cmd" in
   mutations) venv; exec "$PY" bench/mutations.py "$@" ;;
   recall) venv; exec "$PY" bench/recall.py "$@" ;;
   coverage) venv; exec "$PY" bench/coverage.py --write ;;
+  package)
+    # The wheel (as `python -m build --wheel` would), then the .deb: a self-contained
+    # virtualenv under /opt/sigwatch made with Debian's python3, the unit, the config, logrotate.
+    venv
+    command -v dpkg-deb >/dev/null || { echo "dev.sh: dpkg-deb is missing (apt-get install dpkg)" >&2; exit 1; }
+    dist=${DIST:-dist}
+    mkdir -p "$dist"
+    rm -f "$dist"/sigwatch-*.whl "$dist"/sigwatch_*.deb
+    "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$dist" .
+    wheel=$(ls "$dist"/sigwatch-*.whl)
+    /usr/bin/python3 deploy/debian/build_deb.py --wheel "$wheel" --out "$dist" "$@"
+    ls -l "$dist" ;;
   catalogue) venv; "$VENV/bin/sigwatch" patterns catalogue > patterns/README.md ;;
-  *) sed -n '2,7p' "$0"; exit 2 ;;
+  *) sed -n '2,8p' "$0"; exit 2 ;;
 esac

@@ -19,7 +19,8 @@ def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.integration
 def test_ruff_finds_nothing_with_the_broad_rule_set() -> None:
-    result = _run(str(BIN / "ruff"), "check", "daemon", "tests", "bench", "--output-format",
+    result = _run(str(BIN / "ruff"), "check", "daemon", "tests", "bench", "deploy",
+                  "--output-format",
                   "concise")
     assert 0 == result.returncode, result.stdout + result.stderr
 

@@ -544,8 +544,8 @@ def _build_web(config: Config, registry: CollectorRegistry, metrics: SelfMetrics
         progress=runtime.progress)
     app = WebApp(registry=registry, liveness=liveness,
                  status=status if store is not None else None, store=store,
-                 auth=web.basic_auth(), clock=clock, node=socket.gethostname(),
-                 faults=faults)
+                 auth=web.basic_auth(), clock=clock, node=config.node or socket.gethostname(),
+                 incident_window=web.incident_window, faults=faults)
     return WebServer(app, listen, tls=web.tls_config(), limits=web.server_limits(),
                      on_event=lambda why: metrics.http_connections_dropped.labels(why).inc())
 

@@ -100,7 +100,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--alert-resolve-after", type=float, metavar="SECONDS",
                      help="Resolve a page after this long without a repeat.")
     run.add_argument("--node", metavar="NAME",
-                     help="The node label of pages and detections (default: the host name).")
+                     help="The node label of pages and detections (default: the host name); "
+                          "$VAR or ${VAR} takes it from the environment (NODE_NAME in a "
+                          "DaemonSet).")
+    run.add_argument("--input-format", choices=["auto", "cri", "docker", "plain"],
+                     help="How file sources are read: container log records (cri, docker), "
+                          "plain lines, or auto (recognised per file from its first line; "
+                          "the default).")
     run.add_argument("--no-console", action="store_true",
                      help="Do not print detections on stdout.")
 
@@ -138,6 +144,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="Colour the text output (auto: on a terminal, unless NO_COLOR).")
     scan.add_argument("--min-severity", choices=["info", "warning", "error", "critical"],
                       default="info", help="Only report detections at or above this level.")
+    scan.add_argument("--input-format", choices=["auto", "cri", "docker", "plain"],
+                      default="auto",
+                      help="Read inputs as container logs (cri: Kubernetes pod logs, docker: "
+                           "json-file) or plain lines; auto (default) recognises each input "
+                           "from its first line.")
     scan.add_argument("files", nargs="+", metavar="FILE",
                       help="Files to read (gzip, bzip2 and xz are decompressed), folders "
                            "(read recursively); - is stdin.")
@@ -305,7 +316,8 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
                 raise OSError(item.error)
             reader = open_input(name)
             try:
-                scan_stream(pipeline, StreamInfo(name, name, name), reader, kind="scan")
+                scan_stream(pipeline, StreamInfo(name, name, name), reader, kind="scan",
+                            fmt=args.input_format)
                 damage = getattr(reader, "error", None)
                 if damage is not None:
                     raise damage
@@ -478,6 +490,10 @@ def _run(args: argparse.Namespace) -> int:
     elif args.start_at:
         config = config.model_copy(update={"sources": [
             s.model_copy(update={"start_at": args.start_at}) for s in config.sources]})
+    if args.input_format:
+        config = config.model_copy(update={"sources": [
+            s.model_copy(update={"format": args.input_format}) if s.kind == "files" else s
+            for s in config.sources]})
     patterns = _load_patterns((list(config.patterns) or _builtin()) + list(config.add_patterns))
     _check_policy(args.config, config, patterns)
     return run_daemon(config)

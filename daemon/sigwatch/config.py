@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -24,10 +25,35 @@ from sigwatch.web.server import ListenAddressError, parse_listen
 from sigwatch.web.settings import WebSettings
 
 __all__ = ["DEFAULT_LISTEN", "DEFAULT_WATCH", "Config", "SourceConfig", "default_state_dir",
-           "load_config"]
+           "expand_env_reference", "load_config"]
 
 DEFAULT_WATCH = "/var/log/training/**/*.log"
 DEFAULT_LISTEN = "127.0.0.1:9750"
+
+
+_ENV_REFERENCE = re.compile(
+    r"^(?:\$\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}"
+    r"|\$(?P<bare>[A-Za-z_][A-Za-z0-9_]*))$")
+
+
+def expand_env_reference(value: str) -> str:
+    """``$NAME``, ``${NAME}`` or ``${NAME:-default}``: the environment variable's value.
+
+    Anything else is returned as it is. A reference to an unset (or empty) variable without a
+    default is an error, so a DaemonSet that forgot ``NODE_NAME`` says so instead of labelling
+    every detection with the pod's name.
+    """
+    m = _ENV_REFERENCE.match(value)
+    if m is None:
+        return value
+    name = m.group("braced") or m.group("bare")
+    found = os.environ.get(name, "")
+    if found:
+        return found
+    if m.group("default") is not None:
+        return m.group("default")
+    msg = f"environment variable {name} is not set (referenced as {value!r})"
+    raise ValueError(msg)
 
 
 class _Strict(BaseModel):
@@ -202,7 +228,14 @@ class Config(_Strict):
     alerting: AlertingSettings = Field(default_factory=AlertingSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     slurm: SlurmSettings | None = None  # drain and resume this node in Slurm
-    node: str = Field(default="", pattern=r"^[A-Za-z0-9_.:-]{0,253}$")  # "": the host name
+    # "": the host name; "${NODE_NAME}" (or $NODE_NAME, ${NODE_NAME:-default}): from the
+    # environment, as a Kubernetes DaemonSet sets it from spec.nodeName.
+    node: str = Field(default="", pattern=r"^[A-Za-z0-9_.:-]{0,253}$")
+
+    @field_validator("node", mode="before")
+    @classmethod
+    def _node_from_environment(cls, value: object) -> object:
+        return expand_env_reference(value) if isinstance(value, str) else value
 
     @field_validator("listen")
     @classmethod

@@ -15,7 +15,7 @@ import structlog
 
 from sigwatch.clock import Clock
 from sigwatch.config import SourceConfig
-from sigwatch.framing.container import ContainerFramer
+from sigwatch.framing.container import framer_for
 from sigwatch.sources.base import Source
 from sigwatch.sources.discovery import SourceSpec
 from sigwatch.sources.file import Framer, MakeFramer
@@ -42,9 +42,9 @@ class Inputs:
 
 
 def container_framer(fmt: str, max_line_bytes: int) -> MakeFramer:
-    """A framer factory reading files as ``fmt`` container logs (``auto``: first line)."""
+    """A framer factory reading files as ``fmt`` (``auto``: recognised from the first line)."""
     def make(offset: int) -> Framer:
-        return ContainerFramer(fmt, offset=offset, max_line_bytes=max_line_bytes)
+        return framer_for(fmt, offset=offset, max_line_bytes=max_line_bytes)
     return make
 
 
@@ -67,8 +67,9 @@ def build_sources(configs: Sequence[SourceConfig], *, clock: Clock, options: Tai
 
     files = [c for c in configs if c.kind == "files"]
     if files:
-        framers = {c.name: container_framer(c.format, options.max_line_bytes)
-                   for c in files if c.format not in (None, "plain")}
+        # No format given: "auto", so container logs (CRI, Docker) are read as lines by default.
+        framers = {c.name: container_framer(c.format or "auto", options.max_line_bytes)
+                   for c in files if c.format != "plain"}
         specs = [SourceSpec(c.name, tuple(c.paths), tuple(c.exclude), c.start_at)
                  for c in files]
         out.files = FileSource(sources=specs, clock=clock, options=options, metrics=metrics,

@@ -1,6 +1,6 @@
-"""The example Alertmanager configuration: amtool accepts it, routes by severity, the real
-Alertmanager inhibits a node's job-level errors under a node-level critical, and the
-notification template shows the fix."""
+"""The example Alertmanager configuration: amtool accepts it, routes sigwatch's alerts by
+severity and nobody else's, the real Alertmanager inhibits a node's job-level errors under a
+node-level critical, and the notification template shows the fix."""
 
 from __future__ import annotations
 
@@ -39,13 +39,52 @@ def test_amtool_accepts_the_example_config_and_its_template() -> None:
     assert "2 inhibit rules" in result.stdout
 
 
+def routed_to(*labels: str) -> str:
+    """The receiver(s) amtool routes an alert with ``labels`` to, as it prints them."""
+    result = amtool("config", "routes", "test", f"--config.file={CONFIG}", *labels)
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize("alertname", ["SigwatchDetection", "SigwatchSignatureSeen",
+                                       "SigwatchDaemonDown"])
 @pytest.mark.parametrize(("severity", "receiver"), [
-    ("critical", "pager"), ("error", "pager"), ("warning", "tickets"), ("info", "blackhole")])
-def test_alerts_are_routed_by_severity(severity: str, receiver: str) -> None:
+    ("critical", "sigwatch-pager"), ("error", "sigwatch-pager"),
+    ("warning", "sigwatch-tickets"), ("info", "sigwatch-blackhole")])
+def test_sigwatchs_alerts_are_routed_by_severity(alertname: str, severity: str,
+                                                 receiver: str) -> None:
     result = amtool("config", "routes", "test", f"--config.file={CONFIG}",
-                    f"--verify.receivers={receiver}", "alertname=SigwatchDetection",
+                    f"--verify.receivers={receiver}", f"alertname={alertname}",
                     f"severity={severity}", "signature=x", "node=gpu-node-7")
     assert 0 == result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("labels", [
+    ("alertname=KubeNodeNotReady", "severity=critical", "node=gpu-node-7"),
+    ("alertname=HighErrorRate", "severity=error", "service=checkout"),
+    ("alertname=NodeFilesystemAlmostOutOfSpace", "severity=warning"),
+    ("alertname=DeadMansSwitch", "severity=critical", "signature=nvidia_xid_79_fallen_off_bus"),
+    ("alertname=MySigwatchLookalike", "severity=critical"),
+])
+def test_a_foreign_alert_is_not_routed_to_sigwatchs_receivers(labels: tuple[str, ...]) -> None:
+    """Merged into a site's tree, sigwatch's routes take only sigwatch's alerts: another
+    system's critical (even one carrying a signature label) goes to the site's default."""
+    result = amtool("config", "routes", "test", f"--config.file={CONFIG}",
+                    "--verify.receivers=site-default", *labels)
+
+    assert 0 == result.returncode, result.stdout + result.stderr
+    assert "sigwatch" not in routed_to(*labels)
+
+
+def test_every_sigwatch_receiver_is_reached_only_under_the_alertname_route() -> None:
+    """The scoping is structural: no route outside the Sigwatch.* one names a sigwatch-*
+    receiver, so a merge cannot leak other alerts into them."""
+    route = yaml.safe_load(CONFIG.read_text())["route"]
+    [scoped] = [r for r in route["routes"] if 'alertname=~"Sigwatch.*"' in r["matchers"]]
+    outside = [r for r in route["routes"] if r is not scoped]
+
+    assert not route["receiver"].startswith("sigwatch")
+    assert [] == [r["receiver"] for r in outside if r["receiver"].startswith("sigwatch")]
+    assert all(r["receiver"].startswith("sigwatch-") for r in scoped["routes"])
 
 
 def _alert(alertname: str, severity: str, node: str, signature: str) -> dict[str, Any]:

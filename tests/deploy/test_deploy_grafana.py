@@ -1,16 +1,25 @@
 """The Grafana dashboard: every query parses, names only sigwatch's metrics, and is valid PromQL
-for the real Prometheus; panels use the datasource variable and link to the node's page."""
+for the real Prometheus; panels use the datasource variable and link to the node's page.
+
+What the numbers mean is checked with the real Prometheus engine too (``promtool test rules``
+evaluating the panels' own queries over made-up series): nodes are counted once whatever their
+targets and sources, counts are whole numbers per interval, and a counter whose first scraped
+sample is already above 0 is counted. Counts are bars or stats, every axis has one unit, and
+every column of a table that merges queries has a name."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from support.catalogue import catalogue, metric_names
+from support.debian import require
 from support.servers import Prometheus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,11 +51,21 @@ def queries() -> list[tuple[str, str]]:
     return out
 
 
-def substituted(expr: str) -> str:
+def substituted(expr: str, **macros: str) -> str:
     """What Grafana sends: macros become durations, variables match anything."""
-    for macro, value in MACROS.items():
+    for macro, value in {**MACROS, **{f"$__{k}": v for k, v in macros.items()}}.items():
         expr = expr.replace(macro, value)
     return re.sub(r"\$\{?\w+\}?", ".*", expr)
+
+
+def panel(title: str) -> dict[str, Any]:
+    [found] = [p for p in panels() if p["title"] == title]
+    return found
+
+
+def counts(p: dict[str, Any]) -> bool:
+    """The panel shows how many things happened (counter differences), not a level or rate."""
+    return any("increase(" in t["expr"] or " offset " in t["expr"] for t in p["targets"])
 
 
 def test_the_dashboard_has_a_prometheus_datasource_variable_every_panel_uses() -> None:
@@ -82,10 +101,122 @@ def test_every_panel_has_a_title_a_description_a_unit_and_a_place() -> None:
         assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24, p["title"]
 
 
-def test_rates_use_the_rate_interval_or_the_range() -> None:
-    for where, expr in queries():
-        for window in re.findall(r"(?:rate|increase)\([^\[]*\[([^\]]+)\]", expr):
-            assert window in ("$__rate_interval", "$__range"), where
+def test_rates_use_the_rate_interval_and_counts_their_interval_or_the_range() -> None:
+    """rate() over $__rate_interval; a count per bar over exactly the bar's $__interval (with a
+    minimum interval of two scrapes), or over the whole $__range."""
+    for p in panels():
+        for t in p["targets"]:
+            for window in re.findall(r"rate\([^\[]*\[([^\]]+)\]", t["expr"]):
+                assert "$__rate_interval" == window, p["title"]
+            for window in re.findall(r"(?:increase\([^\[]*\[|offset )(\$__\w+)", t["expr"]):
+                assert window in ("$__interval", "$__range"), p["title"]
+                if window == "$__interval":
+                    assert "1m" == p.get("interval"), p["title"]
+
+
+def test_counts_are_bars_or_stats_of_whole_numbers() -> None:
+    """Counts per interval drawn as lines overlap and look fractional: bars, no decimals."""
+    count_panels = [p for p in panels() if counts(p)]
+    assert {"Detections by signature", "Paging detections", "Top signatures in the range",
+            "Read errors and data loss"} <= {p["title"] for p in count_panels}
+    for p in count_panels:
+        defaults = p["fieldConfig"]["defaults"]
+        assert p["type"] in ("stat", "table", "timeseries"), p["title"]
+        if p["type"] == "timeseries":
+            assert "bars" == defaults["custom"]["drawStyle"], p["title"]
+            assert "normal" == defaults["custom"]["stacking"]["mode"], p["title"]
+        assert 0 == defaults["decimals"], p["title"]
+
+
+def test_every_axis_has_one_unit() -> None:
+    """No panel mixes bytes, seconds and records: nothing is split by a unit label unless the
+    query keeps one unit, and each lag panel carries its own unit."""
+    for p in panels():
+        for t in p["targets"]:
+            grouped = re.findall(r"by \(([^)]*)\)", t["expr"])
+            assert not any("unit" in g.split(", ") for g in grouped), p["title"]
+            assert "{{unit}}" not in t.get("legendFormat", ""), p["title"]
+    lags = {p["title"]: p for p in panels() if p["title"].startswith("Reader lag")}
+    assert {"Reader lag (bytes)": "bytes", "Reader lag (seconds)": "s",
+            "Reader lag (records)": "short"} == {
+        title: p["fieldConfig"]["defaults"]["unit"] for title, p in lags.items()}
+
+
+def test_tables_that_merge_queries_name_every_column() -> None:
+    """'Value #A', 'Value #B'... are renamed (or hidden); so is a table's lone 'Value'."""
+    for p in panels():
+        if p["type"] != "table":
+            continue
+        organize = [x["options"] for x in p.get("transformations", [])
+                    if x["id"] == "organize"]
+        assert organize, p["title"]
+        named = set(organize[0].get("renameByName", {})) | {
+            k for k, hidden in organize[0].get("excludeByName", {}).items() if hidden}
+        values = ({f"Value #{t['refId']}" for t in p["targets"]} if len(p["targets"]) > 1
+                  else {"Value"})
+        assert values <= named, p["title"]
+
+
+PROMTOOL_INPUT = [
+    # Node n1 has two targets and two sources; n2 one of each; n3 is down.
+    ('up{job="sigwatch",node="n1",instance="a:9750"}', "1x20"),
+    ('up{job="sigwatch",node="n1",instance="b:9750"}', "1x20"),
+    ('up{job="sigwatch",node="n2",instance="c:9750"}', "1x20"),
+    ('up{job="sigwatch",node="n3",instance="d:9750"}', "0x20"),
+    # Samples every 30 s from t=0: 3 detections on n1/pods, 1 on n1/kernel ...
+    ('sigwatch_detections_total{job="sigwatch",node="n1",instance="a:9750",source="pods",'
+     'signature="nccl_watchdog_timeout",severity="error"}', "0 0 0 1 1 1 3 3 3 3 3"),
+    ('sigwatch_detections_total{job="sigwatch",node="n1",instance="a:9750",source="kernel",'
+     'signature="nccl_watchdog_timeout",severity="error"}', "0 0 0 0 1 1 1 1 1 1 1"),
+    # ... and 2 on n2 whose counter is first scraped at t=3m already at 2 (it detected them
+    # before Prometheus first saw it): increase() alone would miss both.
+    ('sigwatch_detections_total{job="sigwatch",node="n2",instance="c:9750",source="pods",'
+     'signature="nccl_watchdog_timeout",severity="error"}', "_ _ _ _ _ _ 2 2 2 2 2"),
+]
+
+
+def _expr(title: str, ref: str = "A", **macros: str) -> str:
+    [t] = [t for t in panel(title)["targets"] if t["refId"] == ref]
+    return substituted(t["expr"], **macros)
+
+
+@pytest.mark.integration
+def test_what_the_panels_count_in_the_real_prometheus_engine(tmp_path: Path) -> None:
+    """promtool evaluates the panels' queries: 2 nodes up and 1 down (not 3 targets), the
+    signature on 2 nodes (not 3 node-and-source series), 6 paging detections in 5 minutes
+    (the 2 of a counter first seen at 2 included), and whole-number bars per minute."""
+    sig = {"signature": "nccl_watchdog_timeout"}
+    cases: list[tuple[str, str, list[tuple[dict[str, str], float]]]] = [
+        (_expr("Nodes up"), "5m", [({}, 2)]),
+        (_expr("Nodes down"), "5m", [({}, 1)]),
+        (_expr("Paging detections", range="5m"), "5m", [({}, 6)]),
+        (_expr("Top signatures in the range", "A", range="5m"), "5m",
+         [({**sig, "severity": "error"}, 6)]),
+        (_expr("Top signatures in the range", "B", range="5m"), "5m",
+         [({**sig, "severity": "error"}, 2)]),
+        (_expr("Nodes", "C", range="5m"), "5m",
+         [({"node": "n1", "instance": "a:9750"}, 4), ({"node": "n2", "instance": "c:9750"}, 2)]),
+        # Bars of one minute: (1m,2m] has n1/pods 0->1 and n1/kernel 0->1; (2m,3m] n1/pods
+        # 1->3 and n2 born at 2; nothing after.
+        (_expr("Detections by signature", interval="1m"), "2m", [(sig, 2)]),
+        (_expr("Detections by signature", interval="1m"), "3m", [(sig, 4)]),
+        (_expr("Detections by signature", interval="1m"), "4m", [(sig, 0)]),
+    ]
+    tests = {"rule_files": [], "evaluation_interval": "30s", "tests": [{
+        "interval": "30s",
+        "input_series": [{"series": s, "values": v} for s, v in PROMTOOL_INPUT],
+        "promql_expr_test": [
+            {"expr": expr, "eval_time": at, "exp_samples": [
+                {"labels": "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+                 + "}", "value": value} for labels, value in expected]}
+            for expr, at, expected in cases]}]}
+    path = tmp_path / "dashboard.test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+
+    result = subprocess.run([require("promtool"), "test", "rules", str(path)],
+                            capture_output=True, text=True, check=False, timeout=120)
+
+    assert 0 == result.returncode, result.stdout + result.stderr
 
 
 def test_the_node_status_page_is_linked() -> None:

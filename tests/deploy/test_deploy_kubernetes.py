@@ -145,12 +145,52 @@ def test_the_podmonitor_scrapes_the_daemonsets_port_as_job_sigwatch_with_a_node_
             "action": "replace"} in endpoint["relabelings"]
 
 
-def test_the_configmap_holds_a_config_sigwatch_accepts(tmp_path: Path) -> None:
+def _configmap_config(tmp_path: Path) -> Any:
     from sigwatch.config import load_config
 
     text = one("ConfigMap")["data"]["sigwatch.toml"]
     tomllib.loads(text)
     path = tmp_path / "sigwatch.toml"
     path.write_text(text)
-    config = load_config(path)
+    return load_config(path)
+
+
+def test_the_configmap_holds_a_config_sigwatch_accepts(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "gpu-node-17")
+    config = _configmap_config(tmp_path)
     assert config.listen.endswith(":9750")
+
+
+def test_the_node_name_is_the_nodes_from_the_downward_api(tmp_path: Path,
+                                                          monkeypatch) -> None:
+    """NODE_NAME is set from spec.nodeName and the config takes the node name from it; a pod
+    without it fails with a clear error instead of labelling everything with the pod's name."""
+    from sigwatch.errors import ConfigError
+
+    [container] = one("DaemonSet")["spec"]["template"]["spec"]["containers"]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in \
+        container["env"]
+    monkeypatch.setenv("NODE_NAME", "gpu-node-17")
+    assert "gpu-node-17" == _configmap_config(tmp_path).node
+    monkeypatch.delenv("NODE_NAME")
+    with pytest.raises(ConfigError, match="NODE_NAME is not set"):
+        _configmap_config(tmp_path)
+
+
+def test_pod_logs_are_read_as_container_logs(tmp_path: Path, monkeypatch) -> None:
+    """/var/log/pods is read with the container format recognised (auto), not as plain text."""
+    monkeypatch.setenv("NODE_NAME", "gpu-node-17")
+    [pods] = [s for s in _configmap_config(tmp_path).sources
+              if "/var/log/pods/*/*/*.log" in s.paths]
+    assert "auto" == (pods.format or "auto")
+
+
+def test_the_status_page_links_reach_the_pod_on_its_node() -> None:
+    """http://<node>:9750/ (dashboard, pages) needs the port on the node: a hostPort (or host
+    network); and the NetworkPolicy must admit more than Prometheus for on-call to open it."""
+    spec = one("DaemonSet")["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    host_ports = [p.get("hostPort") for p in container["ports"]]
+    assert spec.get("hostNetwork") is True or [9750] == host_ports
+    rules = one("NetworkPolicy")["spec"]["ingress"]
+    assert any("ipBlock" in peer for rule in rules for peer in rule["from"])

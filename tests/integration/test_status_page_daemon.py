@@ -75,7 +75,7 @@ def test_on_call_opens_the_real_daemons_page_and_sees_the_story(
         node: tuple[Path, str, list[DaemonProcess]]) -> None:
     tmp_path, listen, procs = node
     base = f"http://{listen}"
-    _start(tmp_path, listen, procs)
+    _start(tmp_path, listen, procs, "--node", "gpu-node-17")
     wait_for(lambda: _get(base + "/-/ready")[0] == 200, timeout=20, what="readiness")
     with open(tmp_path / "logs" / "train.log", "ab") as fh:
         fh.write(b"step 10 loss 2.1\n" + CONTEXT + HTML_LINE + BAD_UTF8)
@@ -86,6 +86,9 @@ def test_on_call_opens_the_real_daemons_page_and_sees_the_story(
     browser = Browser(tmp_path / "profile", tmp_path / "chromedriver.out")
     try:
         browser.get(base + "/")
+        assert "gpu-node-17" in browser.text("header")  # --node, not the host name
+        assert {"gpu-node-17"} == {d["host"] for d in found}
+        assert "open incidents" in browser.text("h1")
         assert SCRIPT in browser.text("body")
         assert "PWNED" not in browser.title
         assert browser.alert_text() is None

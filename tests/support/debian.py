@@ -25,6 +25,10 @@ PACKAGES = {
     "amtool": "prometheus-alertmanager",
     "systemd-analyze": "systemd",
     "logrotate": "logrotate",
+    "mmdebstrap": "mmdebstrap",
+    "dpkg-deb": "dpkg",
+    "podman": "podman",
+    "runc": "runc",
 }
 
 _lock = threading.Lock()
@@ -34,8 +38,9 @@ _failed: dict[str, str] = {}
 
 def _apt(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    return subprocess.run(["apt-get", *args], capture_output=True, text=True, env=env,
-                          check=False, timeout=900)
+    # Others may run apt at the same time: wait for the lock rather than fail.
+    return subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", *args],
+                          capture_output=True, text=True, env=env, check=False, timeout=900)
 
 
 def _install(package: str) -> str | None:

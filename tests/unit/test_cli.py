@@ -105,6 +105,38 @@ class TestScan:
                           str(log)])
 
 
+class TestScanInputFormat:
+    """A Kubernetes pod log (CRI) whose failure line was split over a P and an F record."""
+
+    POD_LOG = (b"2024-11-20T10:02:11.000000001Z stderr P RuntimeError: CUDA error: an illegal "
+               b"mem\n2024-11-20T10:02:11.000000002Z stderr F ory access was encountered\n")
+
+    def _signatures(self, tmp_path: Path, capsys, *flags: str) -> list[tuple[str, str]]:  # noqa: ANN001
+        log = tmp_path / "0.log"
+        log.write_bytes(self.POD_LOG)
+        main(["scan", "--format", "json", *flags, str(log)])
+        found = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        return [(d["signature"], d["text"]) for d in found]
+
+    def test_auto_is_the_default_and_reads_the_whole_line(self, tmp_path: Path,
+                                                          capsys) -> None:
+        """The record prefix is gone and the partial line is joined: the right signature."""
+        assert [("cuda_illegal_memory_access",
+                 "RuntimeError: CUDA error: an illegal memory access was encountered")] == \
+            self._signatures(tmp_path, capsys)
+
+    def test_cri_forced_gives_the_same(self, tmp_path: Path, capsys) -> None:
+        assert self._signatures(tmp_path, capsys) == self._signatures(
+            tmp_path, capsys, "--input-format", "cri")
+
+    def test_plain_forced_reads_the_records_as_text(self, tmp_path: Path, capsys) -> None:
+        """What scan did before: the half line only matches the generic CUDA error."""
+        found = self._signatures(tmp_path, capsys, "--input-format", "plain")
+
+        assert "cuda_illegal_memory_access" not in [s for s, _ in found]
+        assert all(text.startswith("2024-11-20T10:02:11") for _, text in found)
+
+
 class TestOtherCommands:
     def test_version(self, capsys) -> None:
         """--version prints the package version."""

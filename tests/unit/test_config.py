@@ -68,6 +68,39 @@ class TestConfig:
             load_config(path)
 
 
+class TestNodeFromTheEnvironment:
+    """A DaemonSet sets NODE_NAME from spec.nodeName; the config and --node can refer to it."""
+
+    @pytest.mark.parametrize("reference", ["${NODE_NAME}", "$NODE_NAME",
+                                           "${NODE_NAME:-fallback}"])
+    def test_a_reference_takes_the_variables_value(self, tmp_path: Path, monkeypatch,
+                                                   reference: str) -> None:
+        monkeypatch.setenv("NODE_NAME", "gpu-node-17")
+        path = tmp_path / "c.toml"
+        path.write_text(f'node = "{reference}"\n')
+
+        assert "gpu-node-17" == load_config(path).node
+        assert "gpu-node-17" == load_config(None, node=reference).node
+
+    def test_an_unset_variable_is_an_error_naming_file_field_and_variable(
+            self, tmp_path: Path, monkeypatch) -> None:
+        """Never silently the pod's host name."""
+        monkeypatch.delenv("NODE_NAME", raising=False)
+        path = tmp_path / "c.toml"
+        path.write_text('node = "${NODE_NAME}"\n')
+
+        with pytest.raises(ConfigError, match=r"c\.toml: node: .*NODE_NAME is not set"):
+            load_config(path)
+
+    def test_a_default_applies_when_the_variable_is_unset(self, monkeypatch) -> None:
+        monkeypatch.delenv("NODE_NAME", raising=False)
+
+        assert "spare" == load_config(None, node="${NODE_NAME:-spare}").node
+
+    def test_a_plain_name_is_kept(self) -> None:
+        assert "gpu-017" == load_config(None, node="gpu-017").node
+
+
 def test_the_documented_config_example_is_valid() -> None:
     """The example in docs/configuration.md must load as written."""
     import tomllib

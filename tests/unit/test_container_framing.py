@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from sigwatch.clock import FakeClock
-from sigwatch.framing.container import ContainerFramer, detect_format
+from sigwatch.framing.container import AutoFramer, ContainerFramer, detect_format, framer_for
+from sigwatch.framing.lines import LineFramer
 from sigwatch.model import StreamInfo
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 from sigwatch.pipeline import Engine, Pipeline
@@ -177,3 +178,66 @@ def test_reset_forgets_pending_records_like_a_line_framer() -> None:
 
     assert ["new content"] == texts(lines)
     assert (0, 0) == (lines[0].offset, framer.pending_bytes)
+
+
+class TestAutoFramer:
+    """``format = "auto"`` (the default of file sources and of ``scan``)."""
+
+    def test_a_cri_file_is_recognised_and_its_partial_records_joined(self) -> None:
+        """The first line decides; P records become one line at the first record."""
+        framer = AutoFramer()
+        data = cri("stderr", "P", OOM_HEAD) + cri("stderr", "F", OOM_TAIL)
+
+        lines = framer.feed(data[:10]) + framer.feed(data[10:])
+
+        assert [OOM_HEAD + OOM_TAIL] == texts(lines)
+        assert "cri" == framer.format
+        assert len(data) == framer.committed_offset
+
+    def test_a_plain_file_is_framed_exactly_as_a_line_framer_frames_it(self) -> None:
+        """Same segments, offsets and cut long lines as LineFramer with the same limit."""
+        data = b"step 1\n" + b"x" * 3000 + b"\nlast line without newline"
+        auto, plain = AutoFramer(max_line_bytes=1000, offset=7), LineFramer(1000, 7)
+
+        got = [*auto.feed(data[:5]), *auto.feed(data[5:]), *auto.finish()]
+        expected = [*plain.feed(data), *plain.finish()]
+
+        assert expected == got
+        assert "plain" == auto.format
+
+    def test_nothing_is_handed_out_or_committed_before_the_first_newline(self) -> None:
+        """A restart before the first line is whole resumes where the stream started."""
+        framer = AutoFramer(offset=42)
+
+        assert [] == framer.feed(b"2024-11-20T10:02:11Z stdout F no newline yet")
+        assert 42 == framer.committed_offset
+        assert len(b"2024-11-20T10:02:11Z stdout F no newline yet") == framer.pending_bytes
+
+    def test_a_first_line_longer_than_any_record_is_plain(self) -> None:
+        """No newline within the probe limit: no container record is that long."""
+        framer = AutoFramer(max_line_bytes=1024)
+        framer.feed(b"y" * (framer.probe_limit + 1))
+
+        assert "plain" == framer.format
+
+    def test_after_a_reset_the_format_is_recognised_again(self) -> None:
+        """A truncated file rewritten in another format is read in the new one."""
+        framer = AutoFramer()
+        framer.feed(b"plain text line\n")
+        framer.reset(0)
+
+        lines = framer.feed(cri("stdout", "F", "now a pod log"))
+
+        assert ["now a pod log"] == texts(lines)
+        assert "cri" == framer.format
+
+    def test_framer_for_builds_each_format(self) -> None:
+        """plain is a bare LineFramer (no cost); the others frame records."""
+        assert isinstance(framer_for("plain"), LineFramer)
+        assert isinstance(framer_for("auto"), AutoFramer)
+        assert ["cri", "docker"] == [framer_for(f).format for f in ("cri", "docker")]
+
+    def test_an_unknown_format_is_refused(self) -> None:
+        """A typo is an error naming the choices, not a silent plain read."""
+        with pytest.raises(ValueError, match="unknown log format 'json'"):
+            framer_for("json")

@@ -13,6 +13,8 @@ from sigwatch.clock import FakeClock
 from sigwatch.sources.discovery import SourceSpec
 from sigwatch.sources.files import FileSource, TailOptions
 from sigwatch.sources.watching import (
+    IN_CREATE,
+    IN_ISDIR,
     IN_Q_OVERFLOW,
     InotifyHints,
     SafetyNet,
@@ -80,6 +82,54 @@ class TestInotifyHints:
             hints.stop()
 
         assert str(tmp_path / "job9" / "logs" / "rank0.out") in dirty
+
+    def test_a_folder_made_while_its_parent_was_being_watched_is_watched_too(
+            self, tmp_path: Path, monkeypatch) -> None:
+        """The kubelet makes <pod>/<container>/ in one instant: a folder that appears after
+        the plan listed its parent, before the parent's watch exists, raises no event; the
+        refresh plans again until nothing new is watched."""
+        import sigwatch.sources.watching as watching
+
+        plans: list[set[str]] = []
+        real = watching.plan_directories
+
+        def racing(pattern: str, **kw: object) -> watching.TreePlan:
+            plan = real(pattern, **kw)  # type: ignore[arg-type]
+            plans.append(set(plan.directories))
+            if (tmp_path / "pod").is_dir() and not (tmp_path / "pod" / "ctr").exists():
+                (tmp_path / "pod" / "ctr").mkdir()  # after the plan, before the watch
+            return plan
+
+        hints = InotifyHints(threading.Event())
+        try:
+            hints.start([str(tmp_path / "*" / "*" / "*.log")])
+            monkeypatch.setattr(watching, "plan_directories", racing)
+            (tmp_path / "pod").mkdir()
+            hints.handle_events(hints.trees[0], struct.pack(
+                "iIII", hints.trees[0].by_path[str(tmp_path)], IN_CREATE | IN_ISDIR, 0, 4)
+                + b"pod\0")
+            _dirty, rescan = hints.take()
+        finally:
+            hints.stop()
+
+        assert rescan
+        assert str(tmp_path / "pod" / "ctr") not in plans[0]
+        assert hints.covers(str(tmp_path / "pod" / "ctr"))
+
+    def test_an_event_of_a_watch_not_recorded_yet_asks_for_a_rescan(
+            self, tmp_path: Path) -> None:
+        """Events of a new watch can be read before the watch is recorded: not dropped."""
+        hints = InotifyHints(threading.Event())
+        try:
+            hints.start([str(tmp_path / "*" / "*.log")])
+            woke = hints.handle_events(hints.trees[0], struct.pack(
+                "iIII", 9999, IN_CREATE, 0, 8) + b"0.log\0\0\0")
+            _dirty, rescan = hints.take()
+        finally:
+            hints.stop()
+
+        assert woke
+        assert rescan
 
     def test_an_overflow_makes_the_tree_polled_said_once(self, tmp_path: Path) -> None:
         _scratch(tmp_path, 2)

@@ -27,14 +27,14 @@ def _serve() -> Iterator[ServeFactory]:
               limits: ServerLimits | None = None, tls: TLSConfig | None = None,
               auth: Any = None, listen: str = "127.0.0.1:0",
               registry: CollectorRegistry | None = None,
-              on_event: Any = None) -> Served:
+              on_event: Any = None, node: str = "node7") -> Served:
         clock = FakeClock(NOW)
         liveness = Liveness(clock, max_silence=30)
         registry = registry or CollectorRegistry()
         store = store if store is not None else DetectionStore(None)
         app = WebApp(registry=registry, liveness=liveness,
                      status=status if status is not None else StaticStatus(),
-                     store=store, auth=auth, clock=clock, node="node7")
+                     store=store, auth=auth, clock=clock, node=node)
         server = WebServer(app, listen, tls=tls, limits=limits, on_event=on_event)
         server.start()
         servers.append(server)

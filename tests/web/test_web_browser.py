@@ -1,27 +1,37 @@
 """What on-call sees: the status page in a real headless Chromium (Debian's chromium and
 chromium-driver, installed by the test when missing).
 
-Detections come from the real engine over incident lines, one holding HTML and one holding
-bytes that are not UTF-8, through the real status-page sink into a persisted store; the page is
-served by the daemon's own server. Screenshots at phone (390 px) and desktop (1280 px) widths
-are saved under tests/artifacts/status_page/.
+Detections come from the real engine over incident lines (a GPU fallen off the bus with the
+driver's clean-up as fallout, a device-side assert holding HTML, an OOM holding bytes that are
+not UTF-8), through the real status-page sink into a persisted store; the page is served by the
+daemon's own server. The screenshots at phone (390 px) and desktop (1280 px) widths are written
+by the tests to ``$SIGWATCH_TEST_OUTPUT/status_page/`` (default ``tests/artifacts/``, not
+tracked by git): ``*-index.png`` whole pages, ``phone-first-screen.png`` what a phone shows
+before any scrolling.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.browser import Browser
-from support.web import Served, engine_store, status_for
+from support.web import Served, engine_detections, engine_store, status_for
 
 from sigwatch.model import Detection
-from sigwatch.web.store import DetectionStore
+from sigwatch.web.store import DetectionStore, StatusPageSink
 
 pytestmark = pytest.mark.integration
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "status_page"
+ARTIFACTS = Path(os.environ.get("SIGWATCH_TEST_OUTPUT")
+                 or Path(__file__).resolve().parent.parent / "artifacts") / "status_page"
+KERNEL_LOG = (
+    b"May 18 19:02:39 node7 kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the "
+    b"bus.\n"
+    + b"".join(b"May 18 19:02:40 node7 kernel: NVRM: Xid (PCI:0000:2b:00): 45, pid=18189%d, "
+               b"name=python3, Ch 0000000%d\n" % (n, n) for n in range(4)))
 SCRIPT = "<script>document.title='PWNED';alert(1)</script>"
 
 
@@ -37,8 +47,9 @@ def _browser(tmp_path: Path) -> Iterator[Browser]:
 @pytest.fixture(name="site")
 def _site(serve, library, tmp_path: Path) -> tuple[Served, list[Detection]]:
     store = DetectionStore(tmp_path / "state" / "status.jsonl")
+    engine_detections(library, KERNEL_LOG, sinks=[StatusPageSink(store)])
     found = engine_store(library, store)
-    s = serve(store=store, status=status_for(library))
+    s = serve(store=store, status=status_for(library), node="gpu-node-17")
     s.liveness.beat()
     s.liveness.set_ready()
     return s, found
@@ -57,6 +68,12 @@ def test_on_call_sees_the_detections_their_context_and_fix_and_no_script_runs(
     browser.get(s.base + "/")
 
     listing = browser.text("body")
+    assert "gpu-node-17" in browser.text("header")
+    assert "open incidents" in browser.text("h1")
+    first = browser.text("article.incident")  # the worst open incident, with its fix
+    assert "GPU Has Fallen Off The Bus" in first
+    assert "Fix: Xid 79" in first
+    assert "Fallout: 4 detections caused by this" in first
     assert "CUDA Device-Side Assert Triggered" in listing
     assert "CUDA Out Of Memory" in listing
     assert SCRIPT in listing  # the markup is shown as text...
@@ -90,15 +107,25 @@ def test_on_call_sees_the_detections_their_context_and_fix_and_no_script_runs(
 
 def test_the_pages_fit_a_phone_screen(site: tuple[Served, list[Detection]],
                                       browser: Browser) -> None:
-    """390 px wide: no sideways scrolling, the detection and its fix readable."""
+    """390 px wide: no sideways scrolling; the first screen shows the worst incident, its
+    line and its fix; the detection and its fix readable."""
     s, found = site
     html_line = _by_text(found, "<script>")
     browser.resize(390, 844)
 
     browser.get(s.base + "/")
     width = browser.run("return window.innerWidth")
+    screen = browser.run("return window.innerHeight")
     index_overflow = browser.run("return document.documentElement.scrollWidth")
+    bottoms = browser.run(
+        "const card = document.querySelector('article.incident');"
+        "const end = el => el.getBoundingClientRect().bottom;"
+        "return [end(card.querySelector('h2')), end(card.querySelector('pre.trigger')),"
+        "        end(card.querySelector('.fix p'))];")
+    assert "GPU Has Fallen Off The Bus" in browser.text("article.incident h2")
+    assert all(bottom <= screen for bottom in bottoms), (bottoms, screen)
     assert "CUDA Device-Side Assert Triggered" in browser.text("table.detections")
+    browser.screenshot(ARTIFACTS / "phone-first-screen.png", full_page=False)
     browser.screenshot(ARTIFACTS / "phone-index.png")
 
     browser.get(s.base + f"/detections/{html_line.event_id}")

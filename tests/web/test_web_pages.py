@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from html.parser import HTMLParser
 
 import pytest
-from support.web import engine_store, make_detection, status_for
+from support.web import NOW, engine_store, make_detection, status_for
 
-from sigwatch.model import Remediation, RootCause, Severity
+from sigwatch.model import Detection, Remediation, RootCause, Severity
+from sigwatch.web.status import StaticStatus
 from sigwatch.web.store import DetectionStore
 
 
@@ -80,8 +83,8 @@ class TestEscaping:
 
 class TestIndex:
     def test_detections_newest_first_with_readers_and_incidents(self, serve, library) -> None:
-        """The engine's detections listed newest first, each reader with its health, and the
-        open incidents."""
+        """Below the incidents, the engine's detections newest first, each reader with its
+        health; a stall a detector holds open is an open incident."""
         store = DetectionStore(None)
         found = engine_store(library, store)
         stall = make_detection(0, signature="training_stall", title="Training Stalled",
@@ -89,13 +92,16 @@ class TestIndex:
                                about="no step logged for 10 min", key="k")
         page = serve(store=store, status=status_for(library, open_incidents=[stall])).get(
             "/").text
+        listing = page[page.index('<section id="detections">'):]
 
-        positions = [page.index(f"/detections/{d.event_id}") for d in reversed(found)]
+        positions = [listing.index(f"/detections/{d.event_id}") for d in reversed(found)]
         assert sorted(positions) == positions
         assert "training" in page
         assert "120,345" in page  # lines read by the training source
-        assert "Training Stalled" in page
-        assert "no step logged for 10 min" in page
+        incidents = page[page.index('<section id="incidents"'):page.index(
+            '<section id="detections">')]
+        assert "Training Stalled" in incidents
+        assert "no step logged for 10 min" in incidents
 
     def test_filter_by_severity_shows_only_that_severity(self, serve) -> None:
         """?severity=critical lists only critical detections, and the form keeps the choice."""
@@ -119,7 +125,7 @@ class TestIndex:
         older = [a["href"] for t, a in page.tags if t == "a" and a.get("href", "").startswith(
             "/?") and "cursor" in (a["href"] or "")]
 
-        assert ["/?source=training&limit=2&cursor=3"] == older
+        assert ["/?source=training&limit=2&cursor=3#detections"] == older
 
     def test_bad_filter_is_a_400_page(self, serve) -> None:
         """Bad parameters on the HTML page: a 400 page saying what is wrong."""
@@ -131,6 +137,128 @@ class TestIndex:
     def test_empty_store_says_so(self, serve) -> None:
         """A quiet node shows a plain sentence, not an empty table."""
         assert "No detections yet" in serve().get("/").text
+
+
+class TestIncidentsFirst:
+    """What on-call reads first at 3 a.m.: the open incidents, the worst on top, with the fix."""
+
+    def _page(self, serve, *detections, now: float = NOW + 120, **status) -> str:  # noqa: ANN001, ANN002, ANN003
+        store = DetectionStore(None)
+        for d in detections:
+            store.add(d)
+        s = serve(store=store, status=StaticStatus(**status))
+        s.clock.advance(now - NOW)
+        return s.get("/").text
+
+    def test_a_critical_cause_is_above_its_newer_info_fallout_which_is_folded_in(
+            self, serve) -> None:
+        """GPU fallen off the bus, then driver clean-ups naming it: one open critical incident
+        at the top, its fallout counted inside it, not listed as incidents of their own."""
+        xid79 = make_detection(0, signature="nvidia_xid_79_fallen_off_bus",
+                               title="GPU Has Fallen Off The Bus", severity=Severity.CRITICAL,
+                               remediation=Remediation(summary="Drain the node.",
+                                                       steps=("Drain it.", "Reseat the GPU.")))
+        cause = RootCause(xid79.signature, xid79.title, xid79.text or "", xid79.path,
+                          xid79.offset or 0)
+        fallout = [make_detection(n, signature="nvidia_xid_45_preemptive_cleanup",
+                                  title="Channel Cleanup", severity=Severity.INFO,
+                                  root_cause=cause) for n in (1, 2, 3)]
+        other = make_detection(4, signature="some_warning", title="Some Warning",
+                               severity=Severity.WARNING)
+
+        page = self._page(serve, xid79, *fallout, other)
+        cards = _parse(page[page.index('<section id="incidents"'):page.index("</section>")])
+        text = " ".join(" ".join(cards.text).split())
+
+        assert '<h1 class="headline headline-bad">2 open incidents</h1>' in page
+        assert "1 critical · 1 warning" in page
+        assert text.index("GPU Has Fallen Off The Bus") < text.index("Some Warning")
+        assert "Fix: Drain the node." in text
+        assert "Reseat the GPU." in text
+        assert "1 detection on rank 0 ," in text
+        assert "Fallout: 3 detections caused by this (Channel Cleanup ×3)" in text
+        assert 2 == page.count('<article class="incident ')
+        assert "field-owner" not in page  # owner "unknown" says nothing: not shown
+
+    def test_no_open_incident_says_so_and_when_the_last_detection_was(self, serve) -> None:
+        """Quiet for longer than the window: a plain sentence, and the incident among the
+        earlier ones."""
+        page = self._page(serve, make_detection(0), now=NOW + 2 * 3600)
+
+        assert '<h1 class="headline headline-ok">No open incident</h1>' in page
+        assert "Last detection 2 h ago." in page
+        assert '<section id="earlier">' in page
+        assert "CUDA Out Of Memory" in page[page.index('<section id="earlier">'):]
+
+    def test_owner_and_job_are_shown_when_a_detection_carries_them(self, serve) -> None:
+        """Fields a later detection model adds are shown, not required."""
+        base = make_detection(0)
+        d = _FleetDetection(**{**{f.name: getattr(base, f.name)
+                                  for f in dataclasses.fields(Detection)}, "owner": "node"},
+                            job="4471203")
+
+        page = self._page(serve, d)
+
+        assert 'job <b class="field-job">4471203</b>' in page
+        assert 'owner <b class="field-owner">node</b>' in page
+
+    def test_the_node_faults_follow_the_open_incidents(self, tmp_path) -> None:  # noqa: ANN001
+        """The node's faults (sigwatch.web.faults) have their place: after the incident cards
+        (the phone's first screen stays the worst incident), before every detection."""
+        from prometheus_client import CollectorRegistry  # noqa: PLC0415
+        from support.web import request  # noqa: PLC0415
+
+        from sigwatch.clock import FakeClock  # noqa: PLC0415
+        from sigwatch.faults.engine import FaultEngine  # noqa: PLC0415
+        from sigwatch.faults.policy import Policy  # noqa: PLC0415
+        from sigwatch.faults.settings import PolicySettings  # noqa: PLC0415
+        from sigwatch.web.app import WebApp  # noqa: PLC0415
+        from sigwatch.web.server import WebServer  # noqa: PLC0415
+        from sigwatch.web.status import Liveness  # noqa: PLC0415
+
+        clock = FakeClock(NOW + 60)
+        xid = make_detection(0, signature="nvidia_xid_79_fallen_off_bus",
+                             title="GPU Has Fallen Off The Bus", severity=Severity.CRITICAL,
+                             owner="node", line_time=NOW)
+        engine = FaultEngine(Policy(PolicySettings(mode="observe")), clock=clock)
+        engine.emit(xid)
+        store = DetectionStore(None)
+        store.add(xid)
+        app = WebApp(registry=CollectorRegistry(), liveness=Liveness(clock),
+                     status=StaticStatus(), store=store, clock=clock, node="node7",
+                     faults=engine)
+        server = WebServer(app, "127.0.0.1:0")
+        server.start()
+        try:
+            page = request(server.url("").rstrip("/"), "/").text
+        finally:
+            server.stop(timeout=5)
+
+        cards = page.index('<section id="incidents"')
+        faults = page.index('<h2 id="faults">Node faults</h2>')
+        assert cards < faults < page.index('<section id="detections">')
+        assert engine.faults()[0].id in page
+
+    def test_the_filter_form_is_folded_until_a_filter_is_used(self, serve) -> None:
+        """On a phone the form must not push the incident off the first screen."""
+        store = DetectionStore(None)
+        store.add(make_detection(0))
+        s = serve(store=store)
+
+        assert '<details class="filters"><summary>' in s.get("/").text
+        assert '<details class="filters" open>' in s.get("/?severity=error").text
+
+    def test_the_header_names_the_node(self, serve) -> None:
+        """The node name given to the app (--node) is in the header and the title."""
+        page = serve(node="gpu-node-17").get("/").text
+
+        assert '<span class="node">gpu-node-17</span>' in page
+        assert "· sigwatch on gpu-node-17</title>" in page
+
+
+@dataclass(frozen=True, slots=True)
+class _FleetDetection(Detection):
+    job: str = ""
 
 
 class TestDetectionPage:

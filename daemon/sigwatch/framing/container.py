@@ -18,6 +18,11 @@ out yet. ``feed``/``finish``/``reset``/``committed_offset``/``pending_bytes`` mi
 ``LineFramer``, so a file stream can use either. The format is recognised from the first line
 (``auto``) or forced; a line that is not a record of that format passes through as it is (and
 is counted).
+
+``AutoFramer`` is what a file gets by default (``format = "auto"``): it holds the bytes of the
+first line, recognises the format from it, and from then on hands everything to a
+``ContainerFramer`` or, for a plain file, to a ``LineFramer`` with the configured line limit,
+so plain logs cost nothing more than before. A reset (truncation, rotation) recognises again.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from sigwatch.framing.lines import DEFAULT_MAX_LINE_BYTES, LineFramer, Segment
 from sigwatch.framing.records import TimedSegment
 from sigwatch.framing.timestamps import match_timestamp
 
-__all__ = ["FORMATS", "ContainerFramer", "detect_format"]
+__all__ = ["FORMATS", "AutoFramer", "ContainerFramer", "detect_format", "framer_for"]
 
 FORMATS = ("auto", "cri", "docker", "plain")
 CRI_RE = re.compile(
@@ -215,3 +220,82 @@ class ContainerFramer:
         message = log[:-1].removesuffix("\r") if complete else log
         return (str(stream), found.time if found else None,
                 message.encode("utf-8", "surrogateescape"), complete)
+
+
+class AutoFramer:
+    """Recognises a file's format from its first line, then frames it the way that needs.
+
+    Until the first newline (or ``probe_limit`` bytes without one, which no container record
+    reaches: that is a plain file) the bytes are held, and ``committed_offset`` stays where the
+    stream started.
+    """
+
+    def __init__(self, *, offset: int = 0, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                 tz: tzinfo | None = None) -> None:
+        self.max_line_bytes = max_line_bytes
+        self.tz = tz
+        self.probe_limit = max(max_line_bytes, 1 << 18) + 1024
+        self._offset = offset
+        self._held = bytearray()
+        self.inner: LineFramer | ContainerFramer | None = None
+
+    @property
+    def format(self) -> str:
+        """``auto`` until the first line is seen, then ``cri``, ``docker`` or ``plain``."""
+        if self.inner is None:
+            return "auto"
+        return self.inner.format if isinstance(self.inner, ContainerFramer) else "plain"
+
+    @property
+    def committed_offset(self) -> int:
+        return self._offset if self.inner is None else self.inner.committed_offset
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._held) if self.inner is None else self.inner.pending_bytes
+
+    def reset(self, offset: int) -> None:
+        """Forget everything and recognise the format again from ``offset`` on."""
+        self._offset = offset
+        self._held.clear()
+        self.inner = None
+
+    def feed(self, data: bytes) -> list[Segment]:
+        if self.inner is not None:
+            return list(self.inner.feed(data))
+        self._held += data
+        newline = self._held.find(b"\n")
+        if newline == -1 and len(self._held) < self.probe_limit:
+            return []
+        return self._decide(self._held[:newline] if newline != -1 else b"")
+
+    def finish(self) -> list[Segment]:
+        if self.inner is None:
+            if not self._held:
+                return []
+            self._decide(bytes(self._held))
+        assert self.inner is not None
+        return list(self.inner.finish())
+
+    def _decide(self, first_line: bytes | bytearray) -> list[Segment]:
+        fmt = detect_format(bytes(first_line)) if first_line else "plain"
+        self.inner = (LineFramer(self.max_line_bytes, self._offset) if fmt == "plain"
+                      else ContainerFramer(fmt, offset=self._offset,
+                                           max_line_bytes=self.max_line_bytes, tz=self.tz))
+        held = bytes(self._held)
+        self._held.clear()
+        return list(self.inner.feed(held))
+
+
+def framer_for(fmt: str, *, offset: int = 0, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+               ) -> LineFramer | ContainerFramer | AutoFramer:
+    """The framer of a stream read as ``fmt``: ``auto`` (recognise), ``cri``, ``docker``,
+    ``plain``."""
+    if fmt not in FORMATS:
+        msg = f"unknown log format {fmt!r} (one of {', '.join(FORMATS)})"
+        raise ValueError(msg)
+    if fmt == "plain":
+        return LineFramer(max_line_bytes, offset)
+    if fmt == "auto":
+        return AutoFramer(offset=offset, max_line_bytes=max_line_bytes)
+    return ContainerFramer(fmt, offset=offset, max_line_bytes=max_line_bytes)

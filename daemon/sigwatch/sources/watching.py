@@ -70,6 +70,7 @@ _EVENT = struct.Struct("iIII")
 # Changes to these make the tree's folder plan stale (a folder appeared or went away).
 SAFETY_INTERVAL = 60.0  # seconds: every covered quiet file is stat()ed at least this often
 SAFETY_RESCAN = 300.0  # seconds between glob expansions when every tree is covered
+_REPLAN_LIMIT = 16  # plans per refresh while new folders keep appearing under new watches
 _STRUCTURE = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF
 
 
@@ -243,8 +244,16 @@ class InotifyHints:
                 if tree.polling or not tree.stale:
                     continue
                 tree.stale = False
-            plan = plan_directories(tree.pattern, limit=self._max_watches)
-            changed |= self._apply(tree, plan)
+            # A folder created before its parent's watch existed raised no event: plan again
+            # until a plan adds no watch (a job folder and its logs/ made in one instant,
+            # as the kubelet makes /var/log/pods/<pod>/<container>/). The glob expansion
+            # that follows a refresh then finds the files already in them.
+            for _ in range(_REPLAN_LIMIT):
+                before = set(tree.by_path)
+                plan = plan_directories(tree.pattern, limit=self._max_watches)
+                changed |= self._apply(tree, plan)
+                if tree.polling or set(tree.by_path) <= before:
+                    break
         if changed:
             self._publish()
 
@@ -382,6 +391,9 @@ class InotifyHints:
                 continue
             folder = tree.by_wd.get(wd)
             if folder is None:
+                # A watch this thread does not know yet (added a moment ago, its events
+                # read before it was recorded) or no longer: look again rather than lose it.
+                structure = rescan = True
                 continue
             if mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF):
                 structure = True

@@ -94,11 +94,14 @@ class WebApp:
         auth: BasicAuth | None = None,
         clock: Clock | None = None,
         node: str = "",
+        incident_window: float = 3600.0,
         faults: faults_web.FaultsProvider | None = None,
     ) -> None:
         """``status`` and ``store`` together mount the status page and the JSON API;
-        ``node`` is the host name shown in page titles; ``faults`` mounts the node faults'
-        API (``/api/v1/faults``) and their section of the status page."""
+        ``node`` is the node name shown in page titles and headers (``--node``);
+        ``incident_window``: seconds without a repeat before an incident is no longer open;
+        ``faults`` mounts the node faults' API (``/api/v1/faults``) and their section of the
+        status page."""
         self.registry = registry
         self.liveness = liveness
         self.status = status
@@ -106,6 +109,7 @@ class WebApp:
         self.auth = auth
         self.clock = clock or SystemClock()
         self.node = node
+        self.incident_window = incident_window
         self._routes: list[Route] = []
         self.add_route("/metrics", self._metrics)
         self.add_route("/-/healthy", self._healthy)

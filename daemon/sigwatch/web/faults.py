@@ -11,7 +11,7 @@
   outcome, 404 for an unknown fault, 409 for one already cleared.
 
 ``faults_section`` renders the open faults (and the last few cleared) as a block of HTML any
-page can place; the status page puts it before its open incidents.
+page can place; the status page puts it right after its open incidents.
 """
 
 from __future__ import annotations

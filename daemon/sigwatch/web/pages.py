@@ -1,11 +1,15 @@
 """The status page on-call opens from an alert: ``/`` and ``/detections/<event_id>``.
 
 Server-rendered HTML, no script, readable on a phone (tables turn into cards below 700 px).
-``/`` lists recent detections newest first (filters: severity, signature, source; paging with
-the API's cursor), the open incidents and each reader's health. A detection's page shows the
-triggering line highlighted after its context, where it was read (file, line, offset, rank),
-the fix (summary, steps, runbook), its root cause or its fallout, and earlier detections of
-the same signature; a detection without a line shows what it is about and its figures.
+``/`` starts with the open incidents (``incidents.py``: repeats counted, fallout folded under
+its cause, the most severe first), each with its line and its fix, so the first screen of a
+phone shows the worst one; then the node's faults (``faults.py``), every recent detection
+newest first (filters: severity, signature, source, folded away until used; paging with the
+API's cursor), the earlier incidents and each reader's health. The header names the node
+(``--node``). A detection's page shows the triggering line highlighted after its context,
+where it was read (file, line, offset, rank), the fix (summary, steps, runbook), its root
+cause or its fallout, and earlier detections of the same signature; a detection without a
+line shows what it is about and its figures.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from sigwatch.clock import Clock
 from sigwatch.model import Detection, Severity
 from sigwatch.web.api import DetectionQuery, Router, parse_detection_query, valid_event_id
+from sigwatch.web.incidents import DEFAULT_WINDOW, Incident, build_incidents, detection_field
 from sigwatch.web.render import (
     ago,
     e,
@@ -32,6 +37,7 @@ from sigwatch.web.store import DetectionStore, StoredDetection
 __all__ = ["detection_path", "detection_url", "mount"]
 
 _EXCERPT = 240
+_EARLIER = 30  # closed incidents listed
 _HTML = "text/html; charset=utf-8"
 
 
@@ -46,20 +52,36 @@ def detection_url(external_url: str, event_id: str) -> str:
 
 
 def mount(app: Router, store: DetectionStore, status: StatusProvider, *,
-          clock: Clock | None = None, node: str = "",
+          clock: Clock | None = None, node: str = "", window: float | None = None,
           sections: Sequence[Callable[[float], str]] = ()) -> None:
-    """Add ``/`` and ``/detections/{event_id}`` to ``app`` (its clock and node by default).
+    """Add ``/`` and ``/detections/{event_id}`` to ``app`` (its clock, node and incident
+    window by default).
 
-    ``sections`` render more blocks of ``/`` (given the time), placed before the open
+    ``sections`` render more blocks of ``/`` (given the time), placed right after the open
     incidents: the node faults (``sigwatch.web.faults``)."""
     pages = _Pages(store, status, clock or getattr(app, "clock"),  # noqa: B009
-                   node or str(getattr(app, "node", "")), sections)
+                   node or str(getattr(app, "node", "")),
+                   window if window is not None else float(getattr(app, "incident_window",
+                                                                   DEFAULT_WINDOW)),
+                   sections)
     app.add_route("/", pages.index)
     app.add_route("/detections/{event_id}", pages.detection)
 
 
 def _excerpt(text: str) -> str:
     return text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def _duration(seconds: float) -> str:
+    """``1 hour``, ``30 minutes``, ``45 seconds``: the incident window in words."""
+    for size, unit in ((86400, "day"), (3600, "hour"), (60, "minute")):
+        if seconds >= size and seconds % size == 0:
+            return _plural(int(seconds // size), unit)
+    return _plural(int(seconds), "second")
 
 
 def _where(d: Detection) -> str:
@@ -73,11 +95,13 @@ def _where(d: Detection) -> str:
 
 class _Pages:
     def __init__(self, store: DetectionStore, status: StatusProvider, clock: Clock,
-                 node: str, sections: Sequence[Callable[[float], str]] = ()) -> None:
+                 node: str, window: float,
+                 sections: Sequence[Callable[[float], str]] = ()) -> None:
         self.store = store
         self.status = status
         self.clock = clock
         self.node = node
+        self.window = window
         self.sections = list(sections)
 
     def _page(self, title: str, body: str, status: int = 200) -> Response:
@@ -90,18 +114,156 @@ class _Pages:
         page = self.store.query(severities=q.severities, signature=q.signature,
                                 source=q.source, before=q.cursor, limit=q.limit)
         now = self.clock.time()
+        incidents = build_incidents(self.store.items(), now=now, window=self.window,
+                                    held_open=self.status.open_incidents())
+        open_now = [i for i in incidents if i.open]
+        body = [self._headline(open_now, now)]
+        body.append(self._open_incidents(open_now, now))
+        # More blocks (the node faults, sigwatch.web.faults): after the incidents, so a
+        # phone's first screen shows the worst incident and its fix.
+        body.extend(section(now) for section in self.sections)
+        body.append(self._recent(q, page.items, page.next_cursor, page.total, now))
+        body.append(self._earlier_incidents([i for i in incidents if not i.open], now))
+        body.append(self._sources(self.status.sources(), now))
+        return self._page("Incidents", "".join(body))
+
+    # -- incidents first -----------------------------------------------------------------------
+
+    def _headline(self, open_now: Sequence[Incident], now: float) -> str:
+        if not open_now:
+            last = self.store.query(limit=1).items
+            quiet = (f"Last detection {ago(last[0].detection.time, now)}."
+                     if last else "Nothing recognised on this node yet.")
+            window = _duration(self.window)
+            return ('<h1 class="headline headline-ok">No open incident</h1>'
+                    f'<p class="muted">Nothing seen in the last {e(window)} is still open. '
+                    f"{e(quiet)}</p>")
+        by_severity: dict[Severity, int] = {}
+        for i in open_now:
+            by_severity[i.severity] = by_severity.get(i.severity, 0) + 1
+        counts = " · ".join(f"{n} {s.label}" for s, n in sorted(by_severity.items(),
+                                                                 reverse=True))
+        return (f'<h1 class="headline headline-bad">'
+                f'{e(_plural(len(open_now), "open incident"))}</h1>'
+                f'<p class="counts">{e(counts)}</p>')
+
+    def _open_incidents(self, open_now: Sequence[Incident], now: float) -> str:
+        if not open_now:
+            return ""
+        cards = "".join(self._incident_card(i, now) for i in open_now)
+        return f'<section id="incidents" class="incidents">{cards}</section>'
+
+    def _incident_card(self, inc: Incident, now: float) -> str:
+        d = inc.cause
+        page = inc.first or inc.latest_stored
+        title = e(d.title)
+        if page is not None and self.store.get(page.event_id) is not None:
+            title = f'<a href="{e(detection_path(page.event_id))}">{title}</a>'
+        tags = [f'<span class="mono">{e(d.signature)}</span>', e(d.source)]
+        for name, label in (("job", "job"), ("owner", "owner")):
+            value = detection_field(d, name)
+            if value and value != "unknown":
+                tags.append(f'{label} <b class="field-{name}">{e(value)}</b>')
+        state = ("still open (a detector holds it)" if inc.held_open
+                 else f"last {ago(inc.last_seen, now)}")
+        when = (f"since {e(fmt_time(inc.first_seen))} ({e(ago(inc.first_seen, now))}), "
+                f"{e(state)}")
+        count = _plural(inc.count, "detection")
+        if len(inc.ranks) == 1:
+            count += f" on rank {e(inc.ranks[0])}"
+        elif inc.ranks:
+            count += f" on {len(inc.ranks)} ranks"
+        evidence = (f'<pre class="log trigger"><mark>{e(_excerpt(d.text))}</mark></pre>'
+                    if d.text is not None
+                    else f'<p class="about">{e(d.about or "No triggering line.")}</p>')
+        out = [
+            f'<article class="incident incident-{d.severity.label}">',
+            f'<h2 class="incident-title">{severity_badge(inc.severity)} {title}</h2>',
+            f'<p class="tags muted">{" · ".join(tags)}</p>',
+            f'<p class="when"><b class="count">{count}</b>, {when}</p>',
+            evidence,
+            self._fix(d),
+        ]
+        if d.root_cause is not None:
+            out.append(f'<p class="muted">Likely fallout of {e(d.root_cause.title)} '
+                       f'(<span class="mono">{e(d.root_cause.signature)}</span>), no longer '
+                       "held here.</p>")
+        out.append(self._fallout(inc))
+        out.append("</article>")
+        return "".join(out)
+
+    def _fix(self, d: Detection) -> str:
+        r = d.remediation
+        if not (r.summary or r.steps or r.runbook):
+            return '<p class="fix muted">This signature carries no fix.</p>'
+        out = ['<div class="fix">']
+        out.append(f"<p><b>Fix:</b> {e(r.summary)}</p>" if r.summary else "<p><b>Fix:</b></p>")
+        if r.steps:
+            out.append('<ol class="steps">' + "".join(f"<li>{e(s)}</li>" for s in r.steps)
+                       + "</ol>")
+        href = safe_href(r.runbook) if r.runbook else None
+        if href:
+            out.append(f'<p><a href="{e(href)}" rel="noopener noreferrer">Runbook</a></p>')
+        out.append("</div>")
+        return "".join(out)
+
+    def _fallout(self, inc: Incident) -> str:
+        groups = inc.fallout_groups()
+        if not groups:
+            return ""
+        names = ", ".join(f"{e(g.title)} &#215;{g.count}" for g in groups)
+        items = []
+        for g in groups:
+            name = e(g.title)
+            if g.latest is not None:
+                name = f'<a href="{e(detection_path(g.latest.event_id))}">{name}</a>'
+            items.append(f"<li>{severity_badge(g.severity)} {name} "
+                         f'<span class="muted">&#215;{g.count}</span></li>')
+        return ('<details class="fallout"><summary>Fallout: '
+                f"{e(_plural(inc.fallout_count, 'detection'))} caused by this "
+                f'({names})</summary><ul>{"".join(items)}</ul></details>')
+
+    def _earlier_incidents(self, closed: Sequence[Incident], now: float) -> str:
+        if not closed:
+            return ""
+        rows = []
+        for inc in closed[:_EARLIER]:
+            d = inc.cause
+            page = inc.first or inc.latest_stored
+            title = e(d.title)
+            if page is not None:
+                title = f'<a href="{e(detection_path(page.event_id))}">{title}</a>'
+            ended = "resolved" if inc.resolved else "quiet"
+            fallout = (f"<br><span class=\"muted\">+{_plural(inc.fallout_count, 'fallout')}"
+                       "</span>" if inc.fallout else "")
+            rows.append(
+                f'<tr><td data-label="Last seen">{e(fmt_time(inc.last_seen))}<br>'
+                f'<span class="muted">{e(ago(inc.last_seen, now))}, {ended}</span></td>'
+                f'<td data-label="Severity">{severity_badge(inc.severity)}</td>'
+                f'<td data-label="Incident">{title}<br><span class="muted mono">'
+                f"{e(d.signature)}</span></td>"
+                f'<td data-label="Source">{e(d.source)}</td>'
+                f'<td data-label="Detections" class="num">{inc.count}{fallout}</td></tr>')
+        more = (f'<p class="muted">{len(closed) - _EARLIER} older incidents not shown.</p>'
+                if len(closed) > _EARLIER else "")
+        return ('<section id="earlier"><h2>Earlier incidents</h2>'
+                f'<p class="muted">Quiet for more than {e(_duration(self.window))}, or '
+                'resolved.</p><table class="cards earlier"><thead><tr><th>Last seen</th>'
+                "<th>Severity</th><th>Incident</th><th>Source</th><th>Detections</th></tr>"
+                "</thead><tbody>" + "".join(rows) + f"</tbody></table>{more}</section>")
+
+    # -- every detection -----------------------------------------------------------------------
+
+    def _recent(self, q: DetectionQuery, items: Sequence[StoredDetection],
+                next_cursor: int | None, total: int, now: float) -> str:
         filtered = bool(q.severities or q.signature or q.source)
         head = "Recent detections" + (" (filtered)" if filtered else "")
-        body = [f"<h1>{head}</h1>"]
-        body.append(self._filters(q))
-        body.append(self._detection_table(page.items, now, empty=(
-            "No detection matches these filters." if filtered
-            else "No detections yet: nothing recognised on this node.")))
-        body.append(self._pager(q, page.next_cursor, page.total, len(page.items)))
-        body.extend(section(now) for section in self.sections)
-        body.append(self._open_incidents(now))
-        body.append(self._sources(self.status.sources(), now))
-        return self._page("Detections", "".join(body))
+        return (f'<section id="detections"><h2>{head}</h2>'
+                + self._filters(q)
+                + self._detection_table(items, now, empty=(
+                    "No detection matches these filters." if filtered
+                    else "No detections yet: nothing recognised on this node."))
+                + self._pager(q, next_cursor, total, len(items)) + "</section>")
 
     def _filters(self, q: DetectionQuery) -> str:
         sev = next(iter(q.severities)) if len(q.severities) == 1 else None
@@ -119,14 +281,16 @@ class _Pages:
         src_opts = ['<option value="">any</option>'] + [
             f'<option value="{e(s)}"{" selected" if s == q.source else ""}>{e(s)}</option>'
             for s in srcs]
+        active = bool(q.severities or q.signature or q.source)
         return (
-            '<form class="filters" method="get" action="/">'
+            f'<details class="filters"{" open" if active else ""}><summary>Filter</summary>'
+            '<form class="filters" method="get" action="/#detections">'
             f'<label>Severity<select name="severity">{"".join(sev_opts)}</select></label>'
             f'<label>Signature<select name="signature">{"".join(sig_opts)}</select></label>'
             f'<label>Source<select name="source">{"".join(src_opts)}</select></label>'
             '<button type="submit">Filter</button>'
-            + ('<a href="/">Clear</a>' if q.severities or q.signature or q.source else "")
-            + "</form>")
+            + ('<a href="/#detections">Clear</a>' if active else "")
+            + "</form></details>")
 
     def _detection_table(self, items: Sequence[StoredDetection], now: float, *,
                          empty: str) -> str:
@@ -143,7 +307,9 @@ class _Pages:
                 "</span></td>"
                 f'<td data-label="Severity">{severity_badge(d.severity)}</td>'
                 f'<td data-label="Signature"><a href="{e(detection_path(s.event_id))}">'
-                f'{e(d.title)}</a><br><span class="muted mono">{e(d.signature)}</span></td>'
+                f'{e(d.title)}</a><br><span class="muted mono">{e(d.signature)}</span>'
+                + (f'<br><span class="muted">fallout of {e(d.root_cause.title)}</span>'
+                   if d.root_cause is not None else "") + "</td>"
                 f'<td data-label="Source">{e(d.source)}<br><span class="muted mono">'
                 f"{_where(d)}</span></td>"
                 f'<td data-label="Line"><span class="mono excerpt">{e(_excerpt(what or ""))}'
@@ -155,33 +321,13 @@ class _Pages:
     def _pager(self, q: DetectionQuery, next_cursor: int | None, total: int, shown: int) -> str:
         links = []
         if q.cursor is not None:
-            links.append(f'<a href="/?{e(urllib.parse.urlencode(q.params()))}">Newest</a>')
+            links.append(f'<a href="/?{e(urllib.parse.urlencode(q.params()))}#detections">'
+                         "Newest</a>")
         if next_cursor is not None:
             query = urllib.parse.urlencode(q.params(cursor=next_cursor))
-            links.append(f'<a href="/?{e(query)}">Older detections</a>')
+            links.append(f'<a href="/?{e(query)}#detections">Older detections</a>')
         count = f'<span class="muted">{shown} shown of {total}</span>'
         return f'<div class="pager">{count}{"".join(links)}</div>'
-
-    def _open_incidents(self, now: float) -> str:
-        incidents = self.status.open_incidents()
-        if not incidents:
-            return ('<h2 id="incidents">Open incidents</h2>'
-                    '<p class="muted">None: no stall or regression is open.</p>')
-        rows = []
-        for d in incidents:
-            title = e(d.title)
-            if self.store.get(d.event_id) is not None:
-                title = f'<a href="{e(detection_path(d.event_id))}">{title}</a>'
-            rows.append(
-                f'<tr><td data-label="Since">{e(fmt_time(d.time))}<br><span class="muted">'
-                f"{e(ago(d.time, now))}</span></td>"
-                f'<td data-label="Severity">{severity_badge(d.severity)}</td>'
-                f'<td data-label="Incident">{title}<br><span class="muted">'
-                f"{e(d.about or (d.text or ''))}</span></td>"
-                f'<td data-label="Source">{e(d.source)}</td></tr>')
-        return ('<h2 id="incidents">Open incidents</h2><table class="cards"><thead><tr>'
-                "<th>Since</th><th>Severity</th><th>Incident</th><th>Source</th></tr></thead>"
-                "<tbody>" + "".join(rows) + "</tbody></table>")
 
     def _sources(self, sources: Iterable[SourceStatus], now: float) -> str:
         rows = []

@@ -74,10 +74,30 @@ form.filters{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin:.5rem 
 form.filters label{display:flex;flex-direction:column;font-size:.85rem;color:var(--muted)}
 select,button{font:inherit;padding:.3rem .4rem;max-width:100%}
 .pager{display:flex;gap:1rem;margin:.8rem 0}
+header .node{font-weight:700;font-size:1.05rem}
+h1.headline{font-size:1.3rem;margin:.1rem 0 .2rem}
+.headline-bad{color:var(--err)}.headline-ok{color:#2e7d32}
+p.counts{margin:0 0 .5rem;color:var(--muted)}
+article.incident{border:1px solid var(--line);border-left:6px solid var(--info);
+border-radius:.3rem;padding:.5rem .8rem;margin:.6rem 0}
+.incident-critical{border-left-color:var(--crit)!important}
+.incident-error{border-left-color:var(--err)!important}
+.incident-warning{border-left-color:var(--warn)!important}
+h2.incident-title{font-size:1.1rem;margin:.1rem 0 .2rem;border:0;padding:0}
+article.incident p{margin:.2rem 0}
+article.incident pre.trigger{margin:.3rem 0}
+.fix{background:var(--soft);border-radius:.3rem;padding:.3rem .6rem;margin:.3rem 0}
+.fix ol.steps{margin:.2rem 0;padding-left:1.4rem}
+details.fallout summary,details.filters summary{cursor:pointer;color:var(--link)}
+details.filters{margin:.3rem 0 .6rem}
 .box{border:1px solid var(--line);border-radius:.3rem;padding:.6rem .8rem;margin:.5rem 0}
 ol.steps li{margin:.25rem 0}
 @media (max-width:700px){
 main{padding:.6rem}
+header{padding:.4rem .6rem}
+header nav{font-size:.85rem;gap:.6rem}
+article.incident{padding:.4rem .5rem}
+.fix ol.steps{padding-left:1.1rem}
 table.cards thead{display:none}
 table.cards,table.cards tbody,table.cards tr,table.cards td{display:block;width:100%}
 table.cards tr{border:1px solid var(--line);border-radius:.3rem;margin:.5rem 0;padding:.3rem}
@@ -143,15 +163,21 @@ def severity_badge(severity: Severity) -> str:
 
 
 def layout(title: str, body: str, *, node: str = "") -> bytes:
-    """A whole page: head, the navigation bar and ``body`` (already escaped HTML)."""
+    """A whole page: head, the navigation bar and ``body`` (already escaped HTML).
+
+    ``node`` is the name the daemon reports as (``--node``, else the host name): on-call reads
+    it first, so it is in the title and the header.
+    """
     where = f" on {e(node)}" if node else ""
+    name = f'<span class="node">{e(node)}</span>' if node else ""
     page = (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{e(title)} · sigwatch{where}</title><style>{CSS}</style></head><body>"
-        f'<header><a class="brand" href="/">sigwatch{where}</a>'
-        '<nav><a href="/">Detections</a><a href="/#sources">Readers</a>'
-        '<a href="/api/v1/detections">JSON</a><a href="/metrics">Metrics</a></nav></header>'
+        f'<header><a class="brand" href="/">sigwatch</a>{name}'
+        '<nav><a href="/">Incidents</a><a href="/#detections">Detections</a>'
+        '<a href="/#sources">Readers</a><a href="/api/v1/detections">JSON</a>'
+        '<a href="/metrics">Metrics</a></nav></header>'
         f"<main>{body}</main></body></html>\n"
     )
     return page.encode("utf-8")

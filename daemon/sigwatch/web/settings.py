@@ -71,6 +71,9 @@ class WebSettings(_Strict):
     idle_timeout: float = Field(default=10.0, gt=0, le=600)
     history: int = Field(default=DEFAULT_CAPACITY, ge=10, le=100_000)
     status_page: bool = True
+    # The status page lists an incident as open until this many seconds pass without a repeat
+    # (a detector may hold one open longer: a stall not over).
+    incident_window: float = Field(default=3600.0, gt=0, le=30 * 86400)
 
     @field_validator("basic_auth_users")
     @classmethod

@@ -218,6 +218,11 @@ class DetectionStore:
         with self._lock:
             return self._items.get(event_id)
 
+    def items(self) -> list[StoredDetection]:
+        """Every held detection, oldest first (a copy: the incidents are built from it)."""
+        with self._lock:
+            return list(self._items.values())
+
     def query(
         self,
         *,
