@@ -10,7 +10,8 @@ when it was added, before any signature was written or changed for it: the blind
 library it was judged by (both written by ``--stamp``); batches sort by name, so "the last N"
 blind failures are the newest batches' (excerpts stamped before batches existed count as the
 oldest).
-An excerpt that expects an alarm is caught when the real engine makes a detection at warning or
+An excerpt that expects an alarm is caught when the real engine, run as ``sigwatch scan`` runs it
+(signatures and every detector, the generic layer included), makes a detection at warning or
 above (one of ``signatures`` when the file names any). A quiet excerpt must make none.
 
     ./dev.sh recall            # table per class and overall; exit 1 below EXPECTED.toml or on
@@ -36,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "daemon"))
 
-from sigwatch.app import build_pipeline  # noqa: E402
+from sigwatch.app import build_detectors, build_pipeline  # noqa: E402
 from sigwatch.clock import FakeClock  # noqa: E402
 from sigwatch.model import Detection, Severity, StreamInfo  # noqa: E402
 from sigwatch.patterns.compiled import PatternSet  # noqa: E402
@@ -208,7 +209,8 @@ def detect(engine: Engine, text: str, name: str) -> list[Detection]:
     The one place that calls the runtime: swap this body when its API changes.
     """
     sink = CollectingSink()
-    pipeline = build_pipeline(engine, [sink], clock=FakeClock())
+    clock = FakeClock()
+    pipeline = build_pipeline(engine, [sink], clock=clock, detectors=build_detectors(clock=clock))
     scan_bytes(pipeline, StreamInfo("recall", name, name), text.encode("utf-8"))
     return list(sink.detections)
 

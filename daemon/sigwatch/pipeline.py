@@ -257,6 +257,9 @@ class Pipeline:
         # Per detector: the bits of its interests in ``self.interests``.
         self._masks = [self.interests.mask(want) for want in wants]
         self._line_detectors = [(i, d) for i, d in enumerate(self.detectors) if i not in chunked]
+        # Per-chunk detectors that may be reading a multi-line record across chunks.
+        self._followers = [(i, d) for i, d in self._chunked
+                           if callable(getattr(d, "following", None))]
         self._line_mask = 0
         self._chunk_mask = 0
         for i in range(len(self.detectors)):
@@ -486,10 +489,15 @@ class Pipeline:
         and the lines signatures matched, each decoded at most once."""
         chunk_mask = self._chunk_mask
         starts = [s for s, entry in selected.items() if entry[1] & chunk_mask]
+        detectors = self._chunked
         if matched:
             starts = sorted(set(starts).union(matched))
         elif not starts:
-            return []
+            handle = stream.ctx.handle
+            detectors = [(i, d) for i, d in self._followers
+                         if d.following(handle)]  # type: ignore[attr-defined]
+            if not detectors:
+                return []
         else:
             starts.sort()
         lines: list[ChunkLine] = []
@@ -507,10 +515,12 @@ class Pipeline:
             counted_to = end + 1
             lines.append(ChunkLine(start, end, lineno, base + start, bits,
                                    matched.get(start) or {}))
+        tail = stream.tail
         chunk = Chunk(stream.ctx, data, lines, stream.replay_below, seg_time,
-                      self.interests.mask)
+                      self.interests.mask, base=base, base_lineno=base_lineno,
+                      recent=lambda start: _Recent(data, start, tail))
         out: list[Detection] = []
-        for index, detector in self._chunked:
+        for index, detector in detectors:
             out.extend(self._deliver(stream, detector.on_chunk(chunk, self._masks[index])))
         return out
 
@@ -566,7 +576,10 @@ class Pipeline:
                  detections: Iterable[Detection]) -> list[Detection]:
         out: list[Detection] = []
         for found in detections:
-            d = self.correlator.refine(found)
+            refined = self.correlator.refine(found)
+            if refined is None:
+                continue  # a generic detection folded into a signature's on the same line
+            d = refined
             if (stream is not None and d.offset is not None and d.offset < stream.replay_below
                     and d.offset not in stream.pending):
                 continue  # delivered before a crash; the replay only rebuilds state

@@ -1,0 +1,616 @@
+"""``GenericDetector``: failures caught by their shape, whatever their wording.
+
+One per-chunk detector reads four shapes (see the package docstring). Its interests join the
+runtime's single interest pass; a line none of them selects costs nothing here. A multi-line
+shape (a traceback, a faulthandler dump, an nccl-tests table) is read line by line from the
+chunk's bytes once its first line was selected, across chunks (``following``), and only for as
+long as it lasts.
+
+Detections are ranked below the signature library by the root-cause correlator
+(``detectors/rootcause.py``): a signature on the same line folds a crash, record or check
+detection away, and makes a traceback's detection its fallout (it still names the user's frame);
+a specific signature earlier on the stream becomes the root cause and lowers the generic
+detection to a warning.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sigwatch.clock import Clock
+from sigwatch.detectors.base import (
+    Chunk,
+    ChunkLine,
+    LineEvent,
+    Part,
+    RecentLines,
+    StreamContext,
+)
+from sigwatch.detectors.generic._text import Frame, clip, mask, signal_name
+from sigwatch.detectors.generic.checks import FailedCheck, NcclTable, match_check
+from sigwatch.detectors.generic.codes import Code, CodeTable
+from sigwatch.detectors.generic.native import Crash, match_crash
+from sigwatch.detectors.generic.records import Record, classify, level_of, parse_any
+from sigwatch.detectors.generic.tracebacks import (
+    HEADER_RE,
+    FaultReport,
+    LineIn,
+    Outcome,
+    Preceding,
+    Report,
+    TerminateReport,
+    TracebackReport,
+    bare_exception,
+    frame_line,
+)
+from sigwatch.detectors.progress import literal_interest
+from sigwatch.detectors.templates import ERROR_INTEREST, strip_header
+from sigwatch.framing.normalize import normalize
+from sigwatch.model import Detection, Remediation, Severity, StreamInfo
+
+__all__ = [
+    "GENERIC_SIGNATURES",
+    "SHAPES",
+    "GenericDetector",
+]
+
+TRACEBACK = "generic_traceback"
+NATIVE_CRASH = "generic_native_crash"
+ERROR_RECORD = "generic_error_record"
+FAILED_CHECK = "generic_failed_check"
+GENERIC_SIGNATURES = (TRACEBACK, NATIVE_CRASH, ERROR_RECORD, FAILED_CHECK)
+"""The ``signature`` values the generic layer emits (a closed set)."""
+
+SHAPES = {"traceback": "fallout", "faulthandler": "fallout", "native_crash": "fold",
+          "error_record": "fold", "failed_check": "fold"}
+"""Each shape (the ``shape`` label) and what a signature matching the same line does to it:
+``fold`` drops the generic detection, ``fallout`` keeps it as fallout naming the signature."""
+
+# Lines a shape can start on: every literal a shape's first line holds (case-insensitive),
+# beside the novel-error detector's error words (the same compiled pattern: one pass for both).
+_LITERALS = (
+    b"stopiteration", b"systemexit", b"keyboardinterrupt", b"generatorexit", b"bus error",
+    b"illegal instruction", b"illegal hardware", b"trace/breakpoint", b"trace trap",
+    b"terminate called", b"signal", b"sigsegv", b"sigabrt", b"sigkill", b"exitcode",
+    b"return code", b"returncode", b"double free", b"stack smashing", b"munmap_chunk",
+    b"malloc(", b"free(", b"pure virtual", b"mpi_abort", b"pending", b"remapping",
+    b"reset required", b"drain and reset", b"err!", b"#wrong", b"out of bounds", b"alarm",
+    b"health status", b"_warn", b"faulty", b"test session starts", b"captured std",
+    b"captured log", b"level=", b'"level"', b"terminated", b"hangup", b"[e]", b"[e ",
+    b'", line ', b"interrupt", b"failure", b"fault", b"exit",
+)
+_GLOG_INTEREST = (rb"E[0-9]{4} [0-9][0-9]:|F[0-9]{4} [0-9][0-9]:|\x20E [\w./-]+:[0-9]"
+                  rb"|\x20F [\w./-]+:[0-9]|,[0-9]{3} [EC] [0-9]")
+_INTEREST = re.compile(literal_interest(_LITERALS) + b"|" + _GLOG_INTEREST)
+_EVERY_LINE = re.compile(rb"^(?!\Z)", re.M)
+
+_HARNESS_RE = re.compile(r"={3,} test session starts ={3,}|^-{3,} Captured (?:stdout|stderr|log) "
+                         r"(?:call|setup|teardown) -{3,}")
+_FAULT_RE = re.compile(r"^Fatal Python error: (?P<reason>\S.{0,200})$")
+_EXIT_RE = re.compile(r"(?i)exit(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]|exitcode\s*[:=]\s*"
+                      r"-?[1-9]|non-zero (?:exit|status)|returned non-zero"
+                      r"|\breturn(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]")
+# Words that make an unclassified error record a failure: the process ran out of a resource,
+# crashed, or hit a fault it cannot recover from.
+_STRONG_RE = re.compile(
+    r"(?i)out of (?:host |device )?memory|\boom\b|cannot allocate memory|too many open files"
+    r"|no space left|bus error|segmentation fault|core dumped|\bkilled\b|illegal (?:memory "
+    r"access|instruction|address)|unrecoverable|uncorrectable|fallen off the bus|device lost"
+    r"|\bdeadlock")
+# Records that report no failure: retries, deprecations, counters at zero, known start-up noise.
+_BENIGN_RECORD_RE = re.compile(
+    r"(?i)\bwill (?:be )?retr(?:y|ied)\b|\bretrying\b|\bretry(?:ing)? (?:in|after|#?\d)"
+    r"|\battempt \d{1,4}\s*(?:/|of)\s*\d|deprecat|\b(?:no|0|zero) (?:errors|failures)\b"
+    r"|\b(?:errors?|failures?|failed)\s*[:=]\s*0\b|(?:can|may) (?:be )?(?:safely )?ignored"
+    r"|\bsucce(?:ss|ssfully|eded)\b|unable to register cu(?:dnn|fft|blas) factory"
+    r"|delay kernel timed out|grpc_wait_for_shutdown|\bnot an error\b")
+
+MAX_KEYS = 1024
+MAX_INFO_PER_HOUR = 20
+
+
+@dataclass(slots=True)
+class _StreamState:
+    """What the detector keeps per stream handle."""
+
+    info: StreamInfo
+    reports: dict[str | None, Report] = field(default_factory=dict)
+    table: NcclTable | None = None
+    harness: bool = False
+    fired: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    crash_until: int = -1  # crash lines up to this line number are part of one crash
+    info_times: list[float] = field(default_factory=list)
+
+    def following(self) -> bool:
+        return bool(self.reports) or self.table is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A detection in the making (turned into a ``Detection`` with the stream's identity)."""
+
+    signature: str
+    title: str
+    severity: Severity
+    line: LineIn
+    shape: str
+    key: str
+    remediation: Remediation
+    captures: tuple[tuple[str, str], ...] = ()
+    facts: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    owner: str = "unknown"
+    context: tuple[str, ...] = ()
+
+
+_TB_REMEDY = Remediation(
+    summary="A Python process (or thread) ended on an uncaught exception.",
+    steps=(
+        ("Read the exception and the innermost frame of your code it names; the frames above "
+         "it in the log show how it got there."),
+        "If a specific signature is named as the root cause, follow its fix first.",
+        ("A chained exception names its cause first: the first exception of the chain is often "
+         "the real error."),
+    ),
+    action="investigate")
+_CRASH_REMEDY = Remediation(
+    summary="A process died of a fatal signal or aborted.",
+    steps=(
+        ("SIGKILL (Killed, exit 137, -9) is most often the kernel's or the scheduler's OOM "
+         "killer: look for an OOM line before it and for the job's memory limit."),
+        ("SIGSEGV/SIGBUS/SIGABRT: a native library crashed; rerun with PYTHONFAULTHANDLER=1 "
+         "for the Python stack and with core dumps for the native one."),
+        ("If it repeats at random steps on one node only, suspect the node (memory errors) and "
+         "drain it."),
+    ),
+    action="investigate")
+_RECORD_REMEDY = Remediation(
+    summary="A component logged an error record.",
+    steps=(
+        "Read the record and the lines around it: is the job affected?",
+        ("A documented vendor code is named with its meaning; look it up in the vendor's "
+         "error reference for the fix."),
+        "If it is a recurring failure mode, write a signature for it (patterns/AUTHORING.md).",
+    ),
+    action="investigate")
+_CHECK_REMEDY = Remediation(
+    summary="A diagnostic reported a failed check.",
+    steps=(
+        "Read the diagnostic's output for the failed item and the device it names.",
+        ("Pending row remapping or page retirement, ERR! fields and failed health checks need "
+         "the GPU/NPU reset or the node drained; rerun the diagnostic after the reset."),
+        ("A non-zero #wrong in nccl-tests means corrupted collective results: test the node "
+         "pair by pair to find the bad link or GPU."),
+    ),
+    action="investigate")
+
+
+class GenericDetector:
+    """The generic layer as one per-chunk detector (see the module docstring)."""
+
+    name = "generic"
+
+    def __init__(self, clock: Clock, *, codes: CodeTable | None = None, host: str = "",
+                 status: str = "test", hold_seconds: float = 30.0, window_lines: int = 25,
+                 dedupe_seconds: float = 600.0, crash_lines: int = 60) -> None:
+        """``hold_seconds``: how long a finished traceback waits for the lines that say
+        whether the process went on; ``window_lines``: how many lines of its rank it reads
+        for that; ``dedupe_seconds``: a finding with the same key on a stream is reported once
+        in this time; ``crash_lines``: later crash lines this close belong to the same crash."""
+        self.clock = clock
+        self.codes = codes if codes is not None else CodeTable()
+        self.host = host
+        self.status = status
+        self.hold = hold_seconds
+        self.window = window_lines
+        self.dedupe = dedupe_seconds
+        self.crash_lines = crash_lines
+        self._streams: dict[int, _StreamState] = {}
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    @property
+    def interest(self) -> re.Pattern[bytes] | None:
+        """Every line, for the per-line driver (a traceback's lines carry no literal)."""
+        return _EVERY_LINE
+
+    @property
+    def interests(self) -> tuple[re.Pattern[bytes], ...]:
+        return (ERROR_INTEREST, _INTEREST)
+
+    def following(self, handle: int) -> bool:
+        """True while a multi-line shape of this stream is being read."""
+        st = self._streams.get(handle)
+        return st is not None and st.following()
+
+    def on_open(self, stream: StreamContext) -> None:
+        self._streams[stream.handle] = _StreamState(stream.info)
+
+    def on_close(self, stream: StreamContext, *, clean: bool) -> Sequence[Detection]:
+        _ = clean
+        st = self._streams.pop(stream.handle, None)
+        if st is None:
+            return ()
+        out: list[Detection] = []
+        for report in list(st.reports.values()):
+            out.extend(self._finish(st, report))
+        st.reports.clear()
+        return out
+
+    def tick(self, now: float) -> Sequence[Detection]:
+        out: list[Detection] = []
+        for st in self._streams.values():
+            for rank, report in list(st.reports.items()):
+                if report.deadline is not None and report.deadline <= now:
+                    del st.reports[rank]
+                    out.extend(self._finish(st, report))
+        return out
+
+    def next_deadline(self) -> float | None:
+        deadlines = [r.deadline for st in self._streams.values() for r in st.reports.values()
+                     if r.deadline is not None]
+        return min(deadlines) if deadlines else None
+
+    def replay_floor(self, handle: int) -> tuple[int, int] | None:
+        st = self._streams.get(handle)
+        if st is None or not st.reports:
+            return None
+        return min(r.start for r in st.reports.values())
+
+    def held(self, handle: int) -> tuple[int, ...]:
+        st = self._streams.get(handle)
+        if st is None:
+            return ()
+        return tuple(sorted({o for r in st.reports.values() if (o := r.held()) is not None}))
+
+    def snapshot(self) -> object:
+        return None  # open readings are rebuilt by replaying from ``replay_floor``
+
+    def restore(self, state: object) -> None:
+        _ = state
+
+    def on_line(self, event: LineEvent) -> Sequence[Detection]:
+        st = self._state(event.stream)
+        line = LineIn(event.line.text, event.line.rank, event.line.lineno, event.line.offset)
+        matched = tuple(m.signature for m in event.matches)
+        return self._take(st, line, matched, _Before(event.recent, line.rank))
+
+    def on_chunk(self, chunk: Chunk, mask_bits: int) -> Sequence[Detection]:
+        st = self._state(chunk.stream)
+        out: list[Detection] = []
+        data = chunk.data
+        size = len(data)
+        lines = chunk.select(mask_bits)
+        by_start = {ln.start: ln for ln in lines}
+        pos, lineno, idx = 0, chunk.base_lineno, 0
+        while True:
+            if st.following():
+                if pos >= size:
+                    break
+                end = data.find(b"\n", pos)
+                end = size if end == -1 else end
+                lineno += 1
+                known = by_start.get(pos)
+                out.extend(self._chunk_line(st, chunk, pos, end, lineno, known))
+                pos = end + 1
+                continue
+            while idx < len(lines) and lines[idx].start < pos:
+                idx += 1
+            if idx >= len(lines):
+                break
+            known = lines[idx]
+            idx += 1
+            out.extend(self._chunk_line(st, chunk, known.start, known.end, known.lineno, known))
+            pos, lineno = known.end + 1, known.lineno
+        return out
+
+    def _chunk_line(self, st: _StreamState, chunk: Chunk, start: int, end: int, lineno: int,
+                    known: ChunkLine | None) -> list[Detection]:
+        if known is not None:
+            parts = chunk.parts(known)
+            matches = known.matches
+        else:
+            raw = chunk.data[start:end].decode("utf-8", "replace")
+            parts = [Part(rank, text) for rank, text in normalize(raw)]
+            matches = {}
+        recent = chunk.before(start)
+        out: list[Detection] = []
+        for k, part in enumerate(parts):
+            line = LineIn(part.text, part.rank, lineno, chunk.base + start)
+            matched = tuple(m.signature for m in matches.get(k, ()))
+            out.extend(self._take(st, line, matched, _Before(recent, part.rank)))
+        return out
+
+    # -- one part of one line ------------------------------------------------------------------
+
+    def _state(self, stream: StreamContext) -> _StreamState:
+        st = self._streams.get(stream.handle)
+        if st is None:
+            st = _StreamState(stream.info)
+            self._streams[stream.handle] = st
+        return st
+
+    def _take(self, st: _StreamState, line: LineIn, matched: tuple[str, ...],
+              before: Callable[[int], list[str]]) -> list[Detection]:
+        now = self.clock.monotonic()
+        out: list[Detection] = []
+        for rank, other in list(st.reports.items()):
+            if rank != line.rank:
+                other.observe(line)
+        report = st.reports.get(line.rank)
+        if report is not None:
+            consumed = report.feed(line, now)
+            if report.finished:
+                del st.reports[line.rank]
+                out.extend(self._finish(st, report))
+            if consumed:
+                return out
+        if st.table is not None:
+            row = st.table.row(line.text)
+            if row is None:
+                return out
+            if isinstance(row, FailedCheck):
+                out.extend(self._emit(st, self._check(row, line)))
+                return out
+            if not line.text.startswith("#"):
+                st.table = None
+        out.extend(self._shapes(st, line, matched, before, now))
+        return out
+
+    def _shapes(self, st: _StreamState, line: LineIn, matched: tuple[str, ...],
+                before: Callable[[int], list[str]], now: float) -> list[Detection]:
+        text = line.text
+        if _HARNESS_RE.search(text):
+            st.harness = True
+            return []
+        header = HEADER_RE.search(text)
+        if header is not None:
+            st.reports[line.rank] = TracebackReport(
+                line, self._preceding(st, before), window=self.window, hold=self.hold, now=now,
+                group=header.group("kind") == "Exception Group ")
+            return []
+        fault = _FAULT_RE.match(text.strip())
+        if fault is not None:
+            st.reports[line.rank] = FaultReport(line, fault.group("reason"), hold=self.hold,
+                                                now=now)
+            return []
+        if NcclTable.header(text):
+            st.table = NcclTable(text)
+            return []
+        crash = match_crash(text)
+        if crash is not None:
+            if crash.quiet:
+                return []
+            if crash.kind == "abort" and text.lstrip().startswith("terminate called"):
+                if line.lineno > st.crash_until:
+                    st.reports[line.rank] = TerminateReport(line, hold=self.hold, now=now)
+                return []
+            return self._emit(st, self._crash(st, crash, line))
+        check = match_check(text, (before(1) or [""])[-1] if text.startswith(" ") else "")
+        if check is not None:
+            return self._emit(st, self._check(check, line))
+        bare = strip_header(text)
+        if frame_line(bare):
+            st.reports[line.rank] = TracebackReport(
+                line, self._preceding(st, before), window=self.window, hold=self.hold, now=now)
+            return []
+        stripped = text.strip()
+        exc = bare_exception(bare.strip())
+        if exc is not None:
+            st.reports[line.rank] = TracebackReport(
+                line, self._preceding(st, before), window=self.window, hold=self.hold, now=now,
+                exc=exc)
+            return []
+        record = parse_any(text)
+        if record is not None:
+            if record.level in ("error", "fatal"):
+                return self._emit(st, self._record(st, record, line, now))
+            return []
+        codes = [c for c in self.codes.find(text) if c.strong]
+        if codes:
+            record = Record("error", "code", codes[0].family, stripped)
+            return self._emit(st, self._record(st, record, line, now, codes))
+        _ = matched
+        return []
+
+    def _preceding(self, st: _StreamState, before: Callable[[int], list[str]]) -> Preceding:
+        return Preceding(quiet="test harness") if st.harness else Preceding.of(before(2),
+                                                                                level_of)
+
+    # -- findings -------------------------------------------------------------------------------
+
+    def _finish(self, st: _StreamState, report: Report) -> list[Detection]:
+        if isinstance(report, TracebackReport):
+            outcome = report.outcome()
+            if outcome.exc is None:
+                return []
+            return self._emit(st, self._traceback(outcome))
+        if isinstance(report, FaultReport):
+            st.crash_until = report.line.lineno + self.crash_lines
+            return self._emit(st, self._faulthandler(report))
+        if isinstance(report, TerminateReport):
+            if report.line.lineno <= st.crash_until:
+                return []
+            st.crash_until = report.line.lineno + self.crash_lines
+            what = report.what
+            summary = clip(report.line.text.strip() + (f": {what}" if what else ""), 300)
+            crash = Crash("abort", 6, summary)
+            return self._emit(st, self._crash(st, crash, report.line, fold_window=False,
+                                              what=what))
+        return []
+
+    def _traceback(self, outcome: Outcome) -> _Found:
+        exc = outcome.exc
+        assert exc is not None
+        thread = outcome.context == "thread"
+        title = ("Python Thread Died On An Uncaught Exception" if thread
+                 else "Python Process Ended On An Uncaught Exception")
+        captures: list[tuple[str, str]] = [("exception", exc.cls)]
+        if exc.message:
+            captures.append(("message", exc.message))
+        if outcome.frame is not None:
+            captures.append(("frame", outcome.frame.describe()))
+        if outcome.cause is not None:
+            captures.append(("cause", clip(outcome.cause.describe, 200)))
+        facts = [*captures, ("chain", str(outcome.chain))]
+        if exc.inner:
+            facts.append(("wrapped", exc.inner))
+        if outcome.evidence:
+            facts.append(("ended", outcome.evidence))
+        facts.extend(self._code_facts(exc.message))
+        where = f" at {outcome.frame.describe()}" if outcome.frame is not None else ""
+        summary = clip(f"{exc.describe}{where}", 300)
+        key = "|".join(("tb", exc.cls, mask(exc.message, quoted=True),
+                        _frame_key(outcome.frame)))
+        return _Found(TRACEBACK, title, Severity.WARNING if thread else Severity.ERROR, exc.line,
+                      "traceback", key, _with_summary(_TB_REMEDY, summary),
+                      captures=tuple(captures), facts=tuple(facts),
+                      labels=(("layer", "generic"), ("shape", "traceback")))
+
+    def _faulthandler(self, report: FaultReport) -> _Found:
+        frame = report.frame()
+        captures: list[tuple[str, str]] = [("reason", report.reason)]
+        if frame is not None:
+            captures.append(("frame", frame.describe()))
+        where = f" at {frame.describe()}" if frame is not None else ""
+        summary = clip(f"Fatal Python error: {report.reason}{where}", 300)
+        key = "|".join(("fault", mask(report.reason), _frame_key(frame)))
+        return _Found(NATIVE_CRASH, "Python Interpreter Crashed (Fatal Python Error)",
+                      Severity.ERROR, report.line, "faulthandler", key,
+                      _with_summary(_CRASH_REMEDY, summary), captures=tuple(captures),
+                      facts=tuple(captures),
+                      labels=(("layer", "generic"), ("shape", "faulthandler")))
+
+    def _crash(self, st: _StreamState, crash: Crash, line: LineIn, *, fold_window: bool = True,
+               what: str = "") -> _Found | None:
+        if fold_window:
+            if line.lineno <= st.crash_until:
+                return None
+            st.crash_until = line.lineno + self.crash_lines
+        captures: list[tuple[str, str]] = [("kind", crash.kind)]
+        if crash.signal is not None:
+            captures.append(("signal", signal_name(crash.signal)))
+        if what:
+            captures.append(("what", what))
+        if crash.kind == "exit":
+            severity, title = Severity.WARNING, "Process Exited With A Failure Status"
+        elif crash.fatal:
+            severity, title = Severity.ERROR, "Process Crashed (Fatal Signal Or Abort)"
+        else:
+            severity, title = Severity.INFO, "Process Stopped By A Signal"
+        facts = [*captures, *self._code_facts(what or line.text)]
+        key = "|".join(("crash", crash.kind, str(crash.signal), mask(what or crash.summary)))
+        return _Found(NATIVE_CRASH, title, severity, line, "native_crash", key,
+                      _with_summary(_CRASH_REMEDY, crash.summary), captures=tuple(captures),
+                      facts=tuple(facts),
+                      labels=(("layer", "generic"), ("shape", "native_crash")))
+
+    def _record(self, st: _StreamState, record: Record, line: LineIn, now: float,
+                codes: list[Code] | None = None) -> _Found | None:
+        message = record.message
+        if _BENIGN_RECORD_RE.search(message):
+            return None
+        component = classify(record)
+        if codes is None:
+            codes = self.codes.find(message)
+        if codes and component == "other":
+            component = codes[0].component
+        if record.level == "fatal":
+            severity = Severity.ERROR
+        elif (component != "other" or codes or _EXIT_RE.search(message)
+              or _STRONG_RE.search(message)):
+            severity = Severity.WARNING
+        else:
+            severity = Severity.INFO
+            st.info_times = [t for t in st.info_times if now - t < 3600.0]
+            if len(st.info_times) >= MAX_INFO_PER_HOUR:
+                return None
+            st.info_times.append(now)
+        template = mask(message, quoted=True)
+        captures: list[tuple[str, str]] = [("component", component), ("level", record.level),
+                                           ("template", template)]
+        if record.source:
+            captures.append(("source", clip(record.source, 120)))
+        facts = [*captures, ("format", record.form), *self._code_facts(message, codes)]
+        if codes:
+            captures.extend((("code", codes[0].name), ("meaning", codes[0].meaning)))
+        what = f"{codes[0].name} ({codes[0].meaning}): " if codes else ""
+        summary = clip(f"{record.level.upper()} from {component.replace('_', ' ')}: {what}"
+                       f"{message}", 300)
+        title = ("Fatal Log Record" if record.level == "fatal" else "Error Log Record") + \
+            f" ({_COMPONENT_TITLES[component]})"
+        key = "|".join(("record", component, record.level, template))
+        return _Found(ERROR_RECORD, title, severity, line, "error_record", key,
+                      _with_summary(_RECORD_REMEDY, summary), captures=tuple(captures),
+                      facts=tuple(facts),
+                      labels=(("layer", "generic"), ("shape", "error_record"),
+                              ("component", component)))
+
+    def _check(self, check: FailedCheck, line: LineIn) -> _Found:
+        captures = (("tool", check.tool), ("check", check.check))
+        owner = "node" if check.tool in ("nvidia-smi", "npu-smi", "ascend-dmi",
+                                         "gpu-burn") else "unknown"
+        severity = Severity.ERROR if check.severity == "error" else Severity.WARNING
+        key = "|".join(("check", check.tool, mask(check.check)))
+        return _Found(FAILED_CHECK, "Diagnostic Reports A Failed Check", severity, line,
+                      "failed_check", key,
+                      _with_summary(_CHECK_REMEDY, f"{check.tool}: {check.check}"),
+                      captures=captures, facts=captures, owner=owner,
+                      labels=(("layer", "generic"), ("shape", "failed_check")))
+
+    def _code_facts(self, text: str,
+                    codes: list[Code] | None = None) -> list[tuple[str, str]]:
+        found = codes if codes is not None else self.codes.find(text)
+        return [(f"code {c.name}", f"{c.family}: {c.meaning}") for c in found[:3]]
+
+    def _emit(self, st: _StreamState, found: _Found | None) -> list[Detection]:
+        if found is None:
+            return []
+        now = self.clock.monotonic()
+        seen = st.fired.get(found.key)
+        if seen is not None and now - seen < self.dedupe:
+            return []
+        st.fired[found.key] = now
+        st.fired.move_to_end(found.key)
+        while len(st.fired) > MAX_KEYS:
+            st.fired.popitem(last=False)
+        info = st.info
+        line = found.line
+        return [Detection(
+            signature=found.signature, title=found.title, severity=found.severity,
+            status=self.status, source=info.source, path=info.path, stream_key=info.key,
+            line=line.lineno, offset=line.offset, text=line.text, time=self.clock.time(),
+            remediation=found.remediation, context=found.context, rank=line.rank,
+            captures=found.captures, labels=found.labels, host=self.host, facts=found.facts,
+            owner=found.owner)]
+
+
+_COMPONENT_TITLES = {
+    "accelerator_runtime": "Accelerator Runtime", "collective": "Collective Library",
+    "interconnect": "Interconnect", "storage": "Storage", "scheduler": "Scheduler",
+    "container_runtime": "Container Runtime", "other": "Other Component",
+}
+
+
+class _Before:
+    """The lines before the current one, of its rank (read only when a shape asks)."""
+
+    __slots__ = ("_rank", "_recent")
+
+    def __init__(self, recent: RecentLines, rank: str | None) -> None:
+        self._recent, self._rank = recent, rank
+
+    def __call__(self, count: int) -> list[str]:
+        return self._recent.before(count, self._rank)
+
+
+def _frame_key(frame: Frame | None) -> str:
+    return f"{frame.path}:{frame.func}" if frame is not None else "-"
+
+
+def _with_summary(base: Remediation, summary: str) -> Remediation:
+    return Remediation(summary=f"{base.summary} {summary}", steps=base.steps,
+                       runbook=base.runbook, action=base.action)
