@@ -64,10 +64,12 @@ FAILED_CHECK = "generic_failed_check"
 GENERIC_SIGNATURES = (TRACEBACK, NATIVE_CRASH, ERROR_RECORD, FAILED_CHECK)
 """The ``signature`` values the generic layer emits (a closed set)."""
 
-SHAPES = {"traceback": "fallout", "faulthandler": "fallout", "native_crash": "fold",
-          "error_record": "fold", "failed_check": "fold"}
-"""Each shape (the ``shape`` label) and what a signature matching the same line does to it:
-``fold`` drops the generic detection, ``fallout`` keeps it as fallout naming the signature."""
+SHAPES = {"traceback": "fallout", "exception": "fold", "faulthandler": "fallout",
+          "native_crash": "fold", "error_record": "fold", "failed_check": "fold"}
+"""Each shape (the ``shape`` label) and what a signature detected on the same line does to it:
+``fold`` drops the generic detection, ``fallout`` keeps it as fallout naming the signature (a
+traceback or a faulthandler dump that names the user's frame says more than the line; an
+exception without a frame of the user's code does not)."""
 
 # Lines a shape can start on: every literal a shape's first line holds (case-insensitive),
 # beside the novel-error detector's error words (the same compiled pattern: one pass for both).
@@ -108,6 +110,16 @@ _BENIGN_RECORD_RE = re.compile(
     r"|\bsucce(?:ss|ssfully|eded)\b|unable to register cu(?:dnn|fft|blas) factory"
     r"|delay kernel timed out|grpc_wait_for_shutdown|\bnot an error\b")
 
+# Exceptions of the language itself: raised from the user's own frame they are the job's bug
+# (a framework's or runtime's exception may be the node's or the fabric's: owner unknown).
+_BUILTIN_EXCEPTIONS = frozenset({
+    "ValueError", "KeyError", "TypeError", "AssertionError", "IndexError", "AttributeError",
+    "NameError", "ZeroDivisionError", "StopIteration", "FileNotFoundError", "ImportError",
+    "ModuleNotFoundError", "NotImplementedError", "RecursionError", "SyntaxError",
+    "IndentationError", "UnboundLocalError", "LookupError", "ArithmeticError",
+    "IsADirectoryError", "NotADirectoryError", "UnicodeDecodeError", "UnicodeEncodeError",
+    "JSONDecodeError",
+})
 MAX_KEYS = 1024
 MAX_INFO_PER_HOUR = 20
 
@@ -275,8 +287,7 @@ class GenericDetector:
     def on_line(self, event: LineEvent) -> Sequence[Detection]:
         st = self._state(event.stream)
         line = LineIn(event.line.text, event.line.rank, event.line.lineno, event.line.offset)
-        matched = tuple(m.signature for m in event.matches)
-        return self._take(st, line, matched, _Before(event.recent, line.rank))
+        return self._take(st, line, _Before(event.recent, line.rank))
 
     def on_chunk(self, chunk: Chunk, mask_bits: int) -> Sequence[Detection]:
         st = self._state(chunk.stream)
@@ -311,17 +322,14 @@ class GenericDetector:
                     known: ChunkLine | None) -> list[Detection]:
         if known is not None:
             parts = chunk.parts(known)
-            matches = known.matches
         else:
             raw = chunk.data[start:end].decode("utf-8", "replace")
             parts = [Part(rank, text) for rank, text in normalize(raw)]
-            matches = {}
         recent = chunk.before(start)
         out: list[Detection] = []
-        for k, part in enumerate(parts):
+        for part in parts:
             line = LineIn(part.text, part.rank, lineno, chunk.base + start)
-            matched = tuple(m.signature for m in matches.get(k, ()))
-            out.extend(self._take(st, line, matched, _Before(recent, part.rank)))
+            out.extend(self._take(st, line, _Before(recent, part.rank)))
         return out
 
     # -- one part of one line ------------------------------------------------------------------
@@ -333,7 +341,7 @@ class GenericDetector:
             self._streams[stream.handle] = st
         return st
 
-    def _take(self, st: _StreamState, line: LineIn, matched: tuple[str, ...],
+    def _take(self, st: _StreamState, line: LineIn,
               before: Callable[[int], list[str]]) -> list[Detection]:
         now = self.clock.monotonic()
         out: list[Detection] = []
@@ -357,26 +365,29 @@ class GenericDetector:
                 return out
             if not line.text.startswith("#"):
                 st.table = None
-        out.extend(self._shapes(st, line, matched, before, now))
+        out.extend(self._shapes(st, line, before, now))
         return out
 
-    def _shapes(self, st: _StreamState, line: LineIn, matched: tuple[str, ...],
-                before: Callable[[int], list[str]], now: float) -> list[Detection]:
+    def _shapes(self, st: _StreamState, line: LineIn, before: Callable[[int], list[str]],
+                now: float) -> list[Detection]:
         text = line.text
         if _HARNESS_RE.search(text):
             st.harness = True
             return []
+        in_traceback = isinstance(st.reports.get(line.rank), TracebackReport)
         header = HEADER_RE.search(text)
-        if header is not None:
+        if header is not None and not in_traceback:
+            out = self._close_rank(st, line.rank)
             st.reports[line.rank] = TracebackReport(
                 line, self._preceding(st, before), window=self.window, hold=self.hold, now=now,
                 group=header.group("kind") == "Exception Group ")
-            return []
+            return out
         fault = _FAULT_RE.match(text.strip())
         if fault is not None:
+            out = self._close_rank(st, line.rank)
             st.reports[line.rank] = FaultReport(line, fault.group("reason"), hold=self.hold,
                                                 now=now)
-            return []
+            return out
         if NcclTable.header(text):
             st.table = NcclTable(text)
             return []
@@ -385,25 +396,24 @@ class GenericDetector:
             if crash.quiet:
                 return []
             if crash.kind == "abort" and text.lstrip().startswith("terminate called"):
+                out = self._close_rank(st, line.rank)
                 if line.lineno > st.crash_until:
                     st.reports[line.rank] = TerminateReport(line, hold=self.hold, now=now)
-                return []
+                return out
             return self._emit(st, self._crash(st, crash, line))
         check = match_check(text, (before(1) or [""])[-1] if text.startswith(" ") else "")
         if check is not None:
             return self._emit(st, self._check(check, line))
         bare = strip_header(text)
-        if frame_line(bare):
-            st.reports[line.rank] = TracebackReport(
-                line, self._preceding(st, before), window=self.window, hold=self.hold, now=now)
-            return []
         stripped = text.strip()
-        exc = bare_exception(bare.strip())
-        if exc is not None:
-            st.reports[line.rank] = TracebackReport(
-                line, self._preceding(st, before), window=self.window, hold=self.hold, now=now,
-                exc=exc)
-            return []
+        if not in_traceback:  # else: the traceback's message, or its own output
+            exc = bare_exception(bare.strip())
+            if exc is not None or frame_line(bare):
+                out = self._close_rank(st, line.rank)
+                st.reports[line.rank] = TracebackReport(
+                    line, self._preceding(st, before), window=self.window, hold=self.hold,
+                    now=now, exc=exc)
+                return out
         record = parse_any(text)
         if record is not None:
             if record.level in ("error", "fatal"):
@@ -413,8 +423,12 @@ class GenericDetector:
         if codes:
             record = Record("error", "code", codes[0].family, stripped)
             return self._emit(st, self._record(st, record, line, now, codes))
-        _ = matched
         return []
+
+    def _close_rank(self, st: _StreamState, rank: str | None) -> list[Detection]:
+        """Finish what is open on ``rank`` before another reading starts there."""
+        report = st.reports.pop(rank, None)
+        return self._finish(st, report) if report is not None else []
 
     def _preceding(self, st: _StreamState, before: Callable[[int], list[str]]) -> Preceding:
         return Preceding(quiet="test harness") if st.harness else Preceding.of(before(2),
@@ -465,10 +479,14 @@ class GenericDetector:
         summary = clip(f"{exc.describe}{where}", 300)
         key = "|".join(("tb", exc.cls, mask(exc.message, quoted=True),
                         _frame_key(outcome.frame)))
+        shape = "traceback" if outcome.frame is not None else "exception"
+        owner = ("user" if outcome.frame is not None
+                 and exc.cls.rsplit(".", 1)[-1] in _BUILTIN_EXCEPTIONS else "unknown")
         return _Found(TRACEBACK, title, Severity.WARNING if thread else Severity.ERROR, exc.line,
                       "traceback", key, _with_summary(_TB_REMEDY, summary),
-                      captures=tuple(captures), facts=tuple(facts),
-                      labels=(("layer", "generic"), ("shape", "traceback")))
+                      captures=tuple(captures), facts=tuple(facts), owner=owner,
+                      labels=(("layer", "generic"), ("shape", shape)),
+                      context=outcome.lines)
 
     def _faulthandler(self, report: FaultReport) -> _Found:
         frame = report.frame()
@@ -482,7 +500,8 @@ class GenericDetector:
                       Severity.ERROR, report.line, "faulthandler", key,
                       _with_summary(_CRASH_REMEDY, summary), captures=tuple(captures),
                       facts=tuple(captures),
-                      labels=(("layer", "generic"), ("shape", "faulthandler")))
+                      labels=(("layer", "generic"),
+                              ("shape", "faulthandler" if frame is not None else "native_crash")))
 
     def _crash(self, st: _StreamState, crash: Crash, line: LineIn, *, fold_window: bool = True,
                what: str = "") -> _Found | None:

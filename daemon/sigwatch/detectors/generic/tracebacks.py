@@ -27,6 +27,7 @@ of the current thread, most recent first. ``TerminateReport`` waits one line for
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -91,6 +92,19 @@ _ENDED_RE = re.compile(
     r"|error: task \d|Worker group FAILED|failed \(exitcode|Fatal Python error"
     r"|ProcessExitedException|ProcessRaisedException|process \d+ terminated with")
 # Lines that only come before a traceback nobody had to act on.
+# What joins the next traceback to this failure: Python's chain messages, a remote traceback
+# quoted in triple quotes, torch.multiprocessing's and torchrun's framing of a child's failure.
+_CHAIN_RE = re.compile(
+    r"^During handling of the above exception|^The above exception was the direct cause"
+    r"|^\"\"\"$|terminated with the following error|^Root Cause \(first observed failure\)"
+    r"|^Caused by:")
+_TABLE_RE = re.compile(r"traceback\s*:")
+# Exceptions that wrap a failure reported elsewhere (the next traceback is its cause).
+_WRAPPERS = frozenset({
+    "ChildFailedError", "ProcessRaisedException", "_RemoteTraceback", "RemoteTraceback",
+    "BrokenProcessPool", "RayTaskError", "RayActorError", "ActorDiedError",
+    "WorkerCrashedError", "BackendCompilerFailed", "InstantiationException",
+})
 _IGNORED_RE = re.compile(
     r"^Exception ignored\b|^Error in atexit\._run_exitfuncs|^--- Logging error ---"
     r"|^Error in sys\.excepthook")
@@ -101,6 +115,7 @@ _UNITTEST_RE = re.compile(r"^(?:ERROR|FAIL): \w")
 
 _PROGRESS = ProgressParser()
 MAX_FRAMES = 200
+MAX_CONTEXT = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +247,7 @@ class Outcome:
     chain: int = 1
     context: str = "process"
     evidence: str = ""
+    lines: tuple[str, ...] = ()
 
 
 class Report:
@@ -276,21 +292,31 @@ class TracebackReport(Report):
         # before every line): learnt from the first line, cut from the lines that carry the
         # same envelope (same characters, digits aside).
         self.envelope = _envelope(first.text)
+        self.lines: deque[str] = deque(maxlen=MAX_CONTEXT)  # what the detection quotes
         self.tbs: list[_Tb] = [_Tb()]
         self.state = "frames"
         self.noise = 0
         self.after = 0
         self.continued = ""
         self.ended = ""
+        self.linked = False  # a chain marker was read since the last exception line
         if exc is not None:
             self.tbs[0].exception = Exc(exc.cls, exc.message, first, exc.inner)
             self.state = "after"
         elif HEADER_RE.search(first.text) is None:
             self.feed(first, now)
+        else:
+            self.lines.append(first.text)
 
     # -- reading ---------------------------------------------------------------------------
 
     def feed(self, line: LineIn, now: float) -> bool:
+        consumed = self._read(line, now)
+        if consumed and self.state == "frames":
+            self.lines.append(line.text)
+        return consumed
+
+    def _read(self, line: LineIn, now: float) -> bool:
         text = line.text
         if self.envelope and _DIGITS_RE.sub("0", text[:len(self.envelope)]) == self.envelope:
             text = text[len(self.envelope):]
@@ -299,12 +325,16 @@ class TracebackReport(Report):
             margin = _MARGIN_RE.match(text)
             if margin is not None:
                 text = " " * len(margin.group()) + text[margin.end():]
-        if HEADER_RE.search(text) is not None and (
-                self.state == "after" or not self.tbs[-1].frames):
+        header = HEADER_RE.search(text)
+        if header is not None and (self.state == "after" or not self.tbs[-1].frames):
+            if self.state == "after" and not self._joins(text, header):
+                self.finished = True  # another failure starts: this one is complete
+                return False
             if self.tbs[-1].frames or self.tbs[-1].exception:
                 self.tbs.append(_Tb())
             self.state = "frames"
             self.noise = 0
+            self.linked = False
             return True
         frame = _FRAME_RE.match(text) or _CELL_RE.match(text)
         tb = self.tbs[-1]
@@ -346,9 +376,19 @@ class TracebackReport(Report):
             self.finished = True  # not a traceback after all (or hopelessly interleaved)
         return False
 
+    def _joins(self, text: str, header: re.Match[str]) -> bool:
+        """True when a traceback starting now belongs to this failure's chain."""
+        if self.linked or header.group("kind") == "Original " or _TABLE_RE.search(
+                text, 0, header.start() + 1):
+            return True
+        last = self._last()
+        return last is not None and last.cls.rsplit(".", 1)[-1] in _WRAPPERS
+
     def _after(self, line: LineIn, now: float) -> bool:
         _ = now
         text = line.text.strip()
+        if _CHAIN_RE.search(text):
+            self.linked = True
         self._evidence(text, same_rank=True)
         self.after += 1
         if self.after >= self.window:
@@ -401,7 +441,8 @@ class TracebackReport(Report):
                 break
         cause = first if first is not last and first.describe != last.describe else None
         return Outcome(last, cause=cause, frame=frame, chain=len(excs),
-                       context=self.preceding.context, evidence=self.ended)
+                       context=self.preceding.context, evidence=self.ended,
+                       lines=tuple(self.lines))
 
 
 _THREAD_HEAD_RE = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]{1,16}"

@@ -1,0 +1,67 @@
+"""Run text through the real pipeline with the generic layer, whole or in uneven pieces."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+
+from sigwatch.app import build_generic
+from sigwatch.clock import FakeClock
+from sigwatch.framing.lines import LineFramer
+from sigwatch.model import Detection, Severity, StreamInfo
+from sigwatch.patterns.compiled import PatternSet
+from sigwatch.pipeline import Engine, Pipeline
+from sigwatch.sinks.base import CollectingSink
+from sigwatch.sources.base import StreamOpened
+
+__all__ = ["NO_SIGNATURES", "generic_scan", "loud", "only", "text_of"]
+
+NO_SIGNATURES = PatternSet(())
+"""An empty library: what the generic layer catches on its own."""
+
+
+def text_of(block: str) -> str:
+    """A dedented log excerpt ending with a newline."""
+    return textwrap.dedent(block).lstrip("\n")
+
+
+def generic_scan(text: str, *, library: PatternSet = NO_SIGNATURES,
+                 pieces: Sequence[int] = (), clock: FakeClock | None = None,
+                 mode: str = "chunk", close: bool = True) -> list[Detection]:
+    """Every detection of the pipeline (signatures of ``library`` and the generic layer).
+
+    ``pieces``: feed the bytes in pieces of these sizes (cycled), as a tail reads a growing
+    file; ``close``: end the stream at the end (as ``scan`` does).
+    """
+    clock = clock or FakeClock()
+    sink = CollectingSink()
+    pipeline = Pipeline(Engine(library), [sink], clock=clock,
+                        detectors=[build_generic(clock=clock)], detector_mode=mode)
+    info = StreamInfo("test", "test.log", "test.log")
+    pipeline.open(StreamOpened(1, info))
+    data = text.encode("utf-8")
+    framer = LineFramer()
+    if pieces:
+        pos, turn = 0, 0
+        while pos < len(data):
+            size = pieces[turn % len(pieces)]
+            pipeline.process(1, framer.feed(data[pos:pos + size]))
+            pos, turn = pos + size, turn + 1
+    else:
+        pipeline.process(1, framer.feed(data))
+    pipeline.process(1, framer.finish())
+    if close:
+        pipeline.finish(1)
+    return list(sink.detections)
+
+
+def loud(found: Sequence[Detection]) -> list[Detection]:
+    """Detections at warning or above (what counts as an alarm)."""
+    return [d for d in found if d.severity >= Severity.WARNING]
+
+
+def only(found: Sequence[Detection], signature: str) -> Detection:
+    """The one detection of ``signature`` (the test fails if there is none or several)."""
+    hits = [d for d in found if d.signature == signature]
+    assert len(hits) == 1, f"{signature}: {[(d.signature, d.text) for d in found]}"
+    return hits[0]
