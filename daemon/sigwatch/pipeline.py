@@ -51,6 +51,10 @@ DETECTOR_MODES = ("chunk", "line")
 
 log = structlog.get_logger("sigwatch.pipeline")
 
+# Lines of a stream kept from one chunk for the next whatever the signatures quote: what
+# precedes a traceback says whether it was only logged (the generic layer reads two).
+MIN_TAIL = 2
+
 
 class Engine:
     """A pattern set compiled for matching; replaced whole on reload."""
@@ -287,7 +291,7 @@ class Pipeline:
         self.correlator.swap(engine.patterns)
         released = self.signatures.swap(engine.patterns)
         self.signatures.regex_timeout = engine.regex_timeout
-        width = max(engine.max_context, 1)
+        width = max(engine.max_context, MIN_TAIL)
         for stream in self._streams.values():
             if stream.tail.maxlen != width:
                 stream.tail = deque(stream.tail, maxlen=width)
@@ -335,7 +339,7 @@ class Pipeline:
         content = content_of(event.kind, self.content.get(event.info.source))
         self._streams[event.handle] = _Stream(
             ctx, event.lineno, event.replay_below, frozenset(event.pending),
-            deque(maxlen=max(self.engine.max_context, 1)), content,
+            deque(maxlen=max(self.engine.max_context, MIN_TAIL)), content,
             self._allowed_for(content))
         for detector in self.detectors:
             detector.on_open(ctx)
@@ -478,8 +482,7 @@ class Pipeline:
         if matched is not None:
             out.extend(self._chunk(stream, data, seg.offset, base_lineno, selected, matched,
                                    seg_time))
-        if engine.max_context:
-            _remember_tail(stream.tail, data, engine.max_context)
+        _remember_tail(stream.tail, data, max(engine.max_context, MIN_TAIL))
         return out
 
     def _chunk(self, stream: _Stream, data: bytes, base: int, base_lineno: int,

@@ -27,7 +27,7 @@ def text_of(block: str) -> str:
 
 def generic_scan(text: str, *, library: PatternSet = NO_SIGNATURES,
                  pieces: Sequence[int] = (), clock: FakeClock | None = None,
-                 mode: str = "chunk", close: bool = True) -> list[Detection]:
+                 mode: str = "chunk", close: bool = True, kind: str = "scan") -> list[Detection]:
     """Every detection of the pipeline (signatures of ``library`` and the generic layer).
 
     ``pieces``: feed the bytes in pieces of these sizes (cycled), as a tail reads a growing
@@ -38,7 +38,7 @@ def generic_scan(text: str, *, library: PatternSet = NO_SIGNATURES,
     pipeline = Pipeline(Engine(library), [sink], clock=clock,
                         detectors=[build_generic(clock=clock)], detector_mode=mode)
     info = StreamInfo("test", "test.log", "test.log")
-    pipeline.open(StreamOpened(1, info))
+    pipeline.open(StreamOpened(1, info, kind=kind))
     data = text.encode("utf-8")
     framer = LineFramer()
     if pieces:

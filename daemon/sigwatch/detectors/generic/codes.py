@@ -80,7 +80,7 @@ class Code:
 
 def _meaning(name: str, value: str, message: str) -> str:
     text = _FORMAT_RE.sub("…", message).strip()
-    if text:
+    if sum(ch.isalpha() for ch in text) >= 3:  # a message that is more than its parameters
         return text if len(text) <= 140 else text[:139] + "…"
     if value and not value.lstrip("-").isdigit() and not value.startswith("0x"):
         words = value  # a CANN errTitle ("Internal_Error") or an exception base class

@@ -50,6 +50,7 @@ from sigwatch.detectors.progress import literal_interest
 from sigwatch.detectors.templates import ERROR_INTEREST, strip_header
 from sigwatch.framing.normalize import normalize
 from sigwatch.model import Detection, Remediation, Severity, StreamInfo
+from sigwatch.patterns.kinds import content_of
 
 __all__ = [
     "GENERIC_SIGNATURES",
@@ -129,6 +130,7 @@ class _StreamState:
     """What the detector keeps per stream handle."""
 
     info: StreamInfo
+    content: str = "mixed"  # kernel | job | mixed (see sigwatch.patterns.kinds)
     reports: dict[str | None, Report] = field(default_factory=dict)
     table: NcclTable | None = None
     harness: bool = False
@@ -239,7 +241,7 @@ class GenericDetector:
         return st is not None and st.following()
 
     def on_open(self, stream: StreamContext) -> None:
-        self._streams[stream.handle] = _StreamState(stream.info)
+        self._streams[stream.handle] = _StreamState(stream.info, content_of(stream.kind))
 
     def on_close(self, stream: StreamContext, *, clean: bool) -> Sequence[Detection]:
         _ = clean
@@ -337,7 +339,7 @@ class GenericDetector:
     def _state(self, stream: StreamContext) -> _StreamState:
         st = self._streams.get(stream.handle)
         if st is None:
-            st = _StreamState(stream.info)
+            st = _StreamState(stream.info, content_of(stream.kind))
             self._streams[stream.handle] = st
         return st
 
@@ -393,8 +395,8 @@ class GenericDetector:
             return []
         crash = match_crash(text)
         if crash is not None:
-            if crash.quiet:
-                return []
+            if crash.quiet or (crash.kernel and st.content == "job"):
+                return []  # Ctrl-C; a kernel message quoted in a job's output
             if crash.kind == "abort" and text.lstrip().startswith("terminate called"):
                 out = self._close_rank(st, line.rank)
                 if line.lineno > st.crash_until:

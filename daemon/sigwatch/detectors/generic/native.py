@@ -47,6 +47,7 @@ class Crash:
     kind: str  # signal | abort | check | runtime_panic | exit (a failure status, no signal)
     signal: int | None
     summary: str
+    kernel: bool = False  # a kernel message: only news where the kernel says it
 
     @property
     def fatal(self) -> bool:
@@ -153,5 +154,5 @@ def match_crash(text: str) -> Crash | None:
         summary = text
         if number is not None and kind == "signal":
             summary = f"{signal_name(number)}: {text}"
-        return Crash(kind, number, clip(summary, 200))
+        return Crash(kind, number, clip(summary, 200), kernel="Killed process" in found.group())
     return None
