@@ -539,7 +539,9 @@ class GenericDetector:
             codes = self.codes.find(message)
         if codes and component == "other":
             component = codes[0].component
-        if record.level == "fatal":
+        if st.harness:
+            severity = Severity.INFO  # a test harness's captured log: the test's, not the node's
+        elif record.level == "fatal":
             severity = Severity.ERROR
         elif (component != "other" or codes or _EXIT_RE.search(message)
               or _STRONG_RE.search(message)):
