@@ -126,23 +126,26 @@ def build_pipeline(patterns: PatternSet | Engine, sinks: Sequence[Sink], *, cloc
 
 
 def build_detectors(settings: DetectorSettings | None = None, *, clock: Clock, host: str = "",
-                    metrics: SelfMetrics | None = None) -> list[Detector]:
+                    metrics: SelfMetrics | None = None, generic: bool = True) -> list[Detector]:
     """The detectors beyond signatures, sharing one progress reader and one template miner.
 
     ``settings`` None: every detector with its defaults (what ``scan`` runs), without loading
-    the config models.
+    the config models; ``generic`` False leaves the generic layer out (``scan --no-generic``).
     """
     if settings is None:
         reader = ProgressReader()
         novel = NovelErrorDetector(clock, host=host, metrics=metrics)
-        return [novel,
-                StepTimeDetector(clock, reader=reader, host=host, metrics=metrics),
-                StallDetector(clock, reader=reader, host=host, metrics=metrics),
-                BadNumbersDetector(clock, reader=reader, host=host, metrics=metrics),
-                BurstDetector(clock, miner=novel.miner, host=host),
-                build_generic(clock=clock, host=host)]
+        out: list[Detector] = [
+            novel,
+            StepTimeDetector(clock, reader=reader, host=host, metrics=metrics),
+            StallDetector(clock, reader=reader, host=host, metrics=metrics),
+            BadNumbersDetector(clock, reader=reader, host=host, metrics=metrics),
+            BurstDetector(clock, miner=novel.miner, host=host)]
+        if generic:
+            out.append(build_generic(clock=clock, host=host))
+        return out
     reader = ProgressReader([Extractor.user(e.name, e.regex) for e in settings.extractors])
-    out: list[Detector] = []
+    out = []
     novel = NovelErrorDetector(
         clock, learn_lines=settings.novel_error.learn_lines,
         learn_seconds=settings.novel_error.learn_hours * 3600.0,

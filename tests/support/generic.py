@@ -19,6 +19,17 @@ __all__ = ["NO_SIGNATURES", "generic_scan", "loud", "only", "text_of"]
 NO_SIGNATURES = PatternSet(())
 """An empty library: what the generic layer catches on its own."""
 
+_ENGINES: dict[int, tuple[PatternSet, Engine]] = {}
+
+
+def _engine(library: PatternSet) -> Engine:
+    """One compiled engine per library for the whole session (compiling is the slow part)."""
+    known = _ENGINES.get(id(library))
+    if known is None or known[0] is not library:
+        known = (library, Engine(library))
+        _ENGINES[id(library)] = known
+    return known[1]
+
 
 def text_of(block: str) -> str:
     """A dedented log excerpt ending with a newline."""
@@ -35,7 +46,7 @@ def generic_scan(text: str, *, library: PatternSet = NO_SIGNATURES,
     """
     clock = clock or FakeClock()
     sink = CollectingSink()
-    pipeline = Pipeline(Engine(library), [sink], clock=clock,
+    pipeline = Pipeline(_engine(library), [sink], clock=clock,
                         detectors=[build_generic(clock=clock)], detector_mode=mode)
     info = StreamInfo("test", "test.log", "test.log")
     pipeline.open(StreamOpened(1, info, kind=kind))

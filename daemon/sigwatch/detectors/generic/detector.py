@@ -46,7 +46,6 @@ from sigwatch.detectors.generic.tracebacks import (
     bare_exception,
     frame_line,
 )
-from sigwatch.detectors.progress import literal_interest
 from sigwatch.detectors.templates import ERROR_INTEREST, strip_header
 from sigwatch.framing.normalize import normalize
 from sigwatch.model import Detection, Remediation, Severity, StreamInfo
@@ -72,22 +71,18 @@ SHAPES = {"traceback": "fallout", "exception": "fold", "faulthandler": "fallout"
 traceback or a faulthandler dump that names the user's frame says more than the line; an
 exception without a frame of the user's code does not)."""
 
-# Lines a shape can start on: every literal a shape's first line holds (case-insensitive),
-# beside the novel-error detector's error words (the same compiled pattern: one pass for both).
-_LITERALS = (
-    b"stopiteration", b"systemexit", b"keyboardinterrupt", b"generatorexit", b"bus error",
-    b"illegal instruction", b"illegal hardware", b"trace/breakpoint", b"trace trap",
-    b"terminate called", b"signal", b"sigsegv", b"sigabrt", b"sigkill", b"exitcode",
-    b"return code", b"returncode", b"double free", b"stack smashing", b"munmap_chunk",
-    b"malloc(", b"free(", b"pure virtual", b"mpi_abort", b"pending", b"remapping",
-    b"reset required", b"drain and reset", b"err!", b"#wrong", b"out of bounds", b"alarm",
-    b"health status", b"_warn", b"faulty", b"test session starts", b"captured std",
-    b"captured log", b"level=", b'"level"', b"terminated", b"hangup", b"[e]", b"[e ",
-    b'", line ', b"interrupt", b"failure", b"fault", b"exit",
-)
-_GLOG_INTEREST = (rb"E[0-9]{4} [0-9][0-9]:|F[0-9]{4} [0-9][0-9]:|\x20E [\w./-]+:[0-9]"
-                  rb"|\x20F [\w./-]+:[0-9]|,[0-9]{3} [EC] [0-9]")
-_INTEREST = re.compile(literal_interest(_LITERALS) + b"|" + _GLOG_INTEREST)
+# Lines a shape can start on: those the error-word trie selects (its words and the shapes'
+# own, ``templates.SHAPE_LITERALS``: one alternation shared with the novel-error detector) and
+# one-letter levels of glog/absl/c10 (``E1120 12:00:00``, ``[E321 02:07:08``), TensorFlow
+# (``E path/file.cc:12]``), c10 (``[E socket.cpp:610]``), TensorRT (``[E] ``), ``[ERR]`` and
+# Ray's spdlog (``E 4567 89]``, ``C`` for critical). Every branch starts with a byte the trie
+# already starts on, so the pass has no more candidate positions than the trie alone.
+# The same patterns gate ``_shapes`` on each line's text, in both drivers: a line no interest
+# selects never starts a shape, so the per-chunk driver (which never sees it) and the per-line
+# one agree by construction, and lines read while following a traceback skip the shapes at once.
+_INTEREST = re.compile(
+    rb"E(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9]|\] |RR\]| [0-9]+ [0-9]+\])"
+    rb"|F(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9])|C [0-9]+ [0-9]+\]")
 _EVERY_LINE = re.compile(rb"^(?!\Z)", re.M)
 
 _HARNESS_RE = re.compile(r"={3,} test session starts ={3,}|^-{3,} Captured (?:stdout|stderr|log) "
@@ -350,8 +345,12 @@ class GenericDetector:
         for rank, other in list(st.reports.items()):
             if rank != line.rank:
                 other.observe(line)
+                if other.finished:
+                    del st.reports[rank]
+                    out.extend(self._finish(st, other))
         report = st.reports.get(line.rank)
         if report is not None:
+            report.others = 0
             consumed = report.feed(line, now)
             if report.finished:
                 del st.reports[line.rank]
@@ -373,6 +372,9 @@ class GenericDetector:
     def _shapes(self, st: _StreamState, line: LineIn, before: Callable[[int], list[str]],
                 now: float) -> list[Detection]:
         text = line.text
+        encoded = text.encode("utf-8", "replace")
+        if _INTEREST.search(encoded) is None and ERROR_INTEREST.search(encoded) is None:
+            return []  # no shape starts on a line none of the interests selects
         if _HARNESS_RE.search(text):
             st.harness = True
             return []

@@ -116,6 +116,7 @@ _UNITTEST_RE = re.compile(r"^(?:ERROR|FAIL): \w")
 _PROGRESS = ProgressParser()
 MAX_FRAMES = 200
 MAX_CONTEXT = 40
+MAX_OTHER_LINES = 100  # lines of other ranks a reading waits through before it ends
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,14 +261,19 @@ class Report:
         self.start = (first.offset, first.lineno)
         self.deadline = hold_until
         self.finished = False
+        self.others = 0  # lines of other ranks since this rank's last line was consumed
 
     def feed(self, line: LineIn, now: float) -> bool:
         """Take a line of the same rank; True when the report consumed it (part of it)."""
         raise NotImplementedError
 
     def observe(self, line: LineIn) -> None:
-        """A line of another rank (a launcher's summary may say the process ended)."""
+        """A line of another rank (a launcher's summary may say the process ended). Other
+        ranks' lines bound the reading too: a rank that stopped printing has ended."""
         _ = line
+        self.others += 1
+        if self.others > MAX_OTHER_LINES:
+            self.finished = True
 
     def held(self) -> int | None:
         """The offset of the line a detection would be on, while one is pending."""
@@ -398,6 +404,7 @@ class TracebackReport(Report):
     def observe(self, line: LineIn) -> None:
         if self.state == "after":
             self._evidence(line.text.strip(), same_rank=False)
+        super().observe(line)
 
     def _evidence(self, text: str, *, same_rank: bool) -> None:
         if not text:
