@@ -19,7 +19,8 @@ from ``wait4()`` of that process.
 Daemon as shipped (``sigwatch run``, the full library, every detector; ``--skip-catchup``
 skips it): catch-up of the corpus as a backlog (MB/s per core, peak RSS) and CPU while the log
 grows at 1 MB/s. Scan of the full library with the detectors (``scan``'s default) and with
-``--no-detectors``, and their ratio.
+``--no-detectors``, and their ratio; and with the detectors but ``--no-generic`` (the generic
+layer off), and that ratio.
 
 Daemon (``sigwatch run``, 40 signatures, pure-Python prefilter):
 - latency: append a failure line to a watched file, time until it is in the event log and
@@ -739,6 +740,9 @@ def main() -> int:
                 ("--no-detectors",))
     swdet = sw(f"sigwatch full library ({nfull} sigs) + detectors (scan's default)", full,
                "python")
+    # The generic layer (issue 20) on and off, same library, same corpus, same run.
+    swnogen = sw(f"sigwatch full library ({nfull} sigs) + detectors, --no-generic", full,
+                 "python", ("--no-generic",))
     hs40 = hs400 = None
     if hyperscan_importable():
         hs40 = sw("sigwatch 40 sigs + hyperscan", p40, "hyperscan", ("--no-detectors",))
@@ -824,6 +828,8 @@ def main() -> int:
     ratios: dict[str, float] = {}
     ratios["scan with detectors / without, wall (target <= 1.3)"] = swdet.wall / swfull.wall
     ratios["scan with detectors / without, CPU (target <= 1.3)"] = swdet.cpu / swfull.cpu
+    ratios["scan with the generic layer / --no-generic, wall"] = swdet.wall / swnogen.wall
+    ratios["scan with the generic layer / --no-generic, CPU"] = swdet.cpu / swnogen.cpu
     ratios["full library / 40 sigs, wall, start-up included (target <= 1.5)"] = (
         swfull.wall / sw40.wall)
     ratios["full library / 40 sigs, CPU, start-up included (target <= 1.5)"] = (

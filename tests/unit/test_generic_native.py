@@ -163,3 +163,16 @@ class TestStopsThatAreNotCrashes:
     def test_near_misses_are_quiet(self, line: str) -> None:
         """Words of a crash in a sentence, a clean exit, Ctrl-C (130), click's 'Aborted!'."""
         assert [] == loud(generic_scan(line + "\n"))
+
+
+class TestChineseLocale:
+    @pytest.mark.parametrize(("line", "signal"), [
+        ("段错误 (核心已转储)", "SIGSEGV"),
+        ("./train.sh: 行 14: 88213 已杀死   python train.py", "SIGKILL"),
+        ("已放弃 (核心已转储)", "SIGABRT"),
+        ("总线错误", "SIGBUS"),
+        ("浮点数例外 (核心已转储)", "SIGFPE"),
+    ], ids=lambda v: v[:12])
+    def test_shell_reports_in_a_chinese_locale(self, line: str, signal: str) -> None:
+        """glibc's and bash's zh_CN catalogues: the same reports, translated."""
+        assert signal == _crash(line + "\n")["signal"]

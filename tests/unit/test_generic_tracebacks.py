@@ -505,3 +505,10 @@ class TestKeysAndRepeats:
         found = generic_scan(text)
 
         assert 2 == len([d for d in found if d.signature == TB])
+
+
+def test_a_base_exception_printed_alone_is_a_failure() -> None:
+    """``raise Exception("...")`` ends with ``Exception: ...``."""
+    found = generic_scan("Exception: checkpoint shard 7 missing\n")
+
+    assert "Exception" == _captures(found)["exception"]

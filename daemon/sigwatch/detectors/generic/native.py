@@ -3,7 +3,9 @@
 The forms come from the code that prints them:
 
 - the shells (bash ``jobs.c`` / zsh): ``Segmentation fault (core dumped)``, ``Killed``,
-  ``script.sh: line 14: 88213 Killed   python train.py``, ``zsh: segmentation fault  python``;
+  ``script.sh: line 14: 88213 Killed   python train.py``, ``zsh: segmentation fault  python``,
+  and the same in a Chinese locale (glibc's and bash's zh_CN catalogues: ``段错误 (核心已转储)``,
+  ``已杀死``, ``已放弃``, ``总线错误``, ``行 14:``);
 - the C runtime and glibc: ``terminate called after throwing an instance of 'c10::Error'``,
   ``double free or corruption``, ``*** stack smashing detected ***``;
 - glog / absl failure handlers: ``*** SIGSEGV received at time=...``, ``*** Aborted at ...
@@ -37,6 +39,10 @@ _SHELL_WORDS = {
     "illegal instruction": 4, "illegal hardware instruction": 4, "aborted": 6, "abort": 6,
     "killed": 9, "trace/breakpoint trap": 5, "terminated": 15, "hangup": 1, "quit": 3,
     "cpu time limit exceeded": 24, "file size limit exceeded": 25, "bad system call": 31,
+    # zh_CN, as glibc's strsignal (sysdeps/generic/siglist.h) and bash (siglist.c) translate
+    # them: what a shell prints on a node whose locale is Chinese
+    "段错误": 11, "总线错误": 7, "浮点数例外": 8, "浮点数异常": 8, "非法指令": 4, "非法的指令": 4,
+    "已放弃": 6, "已杀死": 9, "追踪与中断点陷阱": 5, "已终止": 15,
 }
 
 
@@ -61,13 +67,15 @@ class Crash:
 
 _SHELL_WORD = (r"(?P<word>Segmentation fault|Bus error|Floating point exception|Illegal instruction"
                r"|Aborted|Killed|Trace/breakpoint trap|Terminated|Hangup|Quit"
-               r"|CPU time limit exceeded|File size limit exceeded|Bad system call)")
+               r"|CPU time limit exceeded|File size limit exceeded|Bad system call"
+               r"|段错误|总线错误|浮点数例外|浮点数异常|非法指令|非法的指令|已放弃|已杀死"
+               r"|追踪与中断点陷阱|已终止)")
 _ZSH_WORD = (r"(?P<zword>segmentation fault|bus error|floating point exception"
              r"|illegal hardware instruction|abort|killed|trace trap|terminated|hangup)")
 _SHELL_RE = re.compile(
     # bash: the report alone, with a job number, or "script: line N: PID <word>  command"
-    r"^(?:\[\d{1,4}\][+-]? +)?(?:\S{1,200}: line \d{1,7}: +)?(?:\d{1,10} +)?" + _SHELL_WORD +
-    r"(?P<core> \(core dumped\))?(?:(?: {2,}|\t)\S.{0,300})?$"
+    r"^(?:\[\d{1,4}\][+-]? +)?(?:\S{1,200}: (?:line|行) \d{1,7}: *)?(?:\d{1,10} +)?"
+    + _SHELL_WORD + r"(?P<core> ?\((?:core dumped|核心已转储)\))?(?:(?: {2,}|\t)\S.{0,300})?$"
     # zsh: "zsh: segmentation fault (core dumped)  python x.py", "[1]  1234 killed  python"
     r"|^(?:zsh: |\[\d{1,4}\] +\d{1,10} )" + _ZSH_WORD + r"(?: \(core dumped\))? +\S")
 _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(

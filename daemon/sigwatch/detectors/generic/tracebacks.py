@@ -71,9 +71,9 @@ _EXC_RE = re.compile(
 # An exception line on its own (its traceback cut off, or never printed): the class must say
 # it is an exception, and carry a message or its module.
 _BARE_RE = re.compile(
-    r"^(?:[A-Z]\w{2,80}: )?(?:[A-Za-z_]\w{0,80}\.){0,12}[A-Za-z_]\w{0,80}(?:Error|Exception"
-    r"|Failure|Fault|Interrupt|Exit|Timeout)(?:\([A-Za-z_][\w.]{0,120}\)| \([^()]{1,60}\))?"
-    r":(?: \S|\s*$)")
+    r"^(?:[A-Z]\w{2,80}: )?(?:(?:[A-Za-z_]\w{0,80}\.){0,12}[A-Za-z_]\w{0,80}(?:Error|Exception"
+    r"|Failure|Fault|Interrupt|Exit|Timeout)|Exception)(?:\([A-Za-z_][\w.]{0,120}\)"
+    r"| \([^()]{1,60}\))?:(?: \S|\s*$)")
 _DIGITS_RE = re.compile(r"\d")
 # Lower-case exception classes in the standard library (module-qualified).
 _LOWER_EXC = frozenset({"timeout", "gaierror", "herror", "error"})
