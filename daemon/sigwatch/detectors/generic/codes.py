@@ -36,7 +36,7 @@ FAMILY_COMPONENT: Mapping[str, str] = {
 # Names that say "no error" (success, info, not ready, warnings).
 _NOT_ERROR_RE = re.compile(
     r"(?i)success|^(?:ok|none)$|_ok$|_none$|^acl_error_none$|^rt_error_none$"
-    r"|not_ready|^hsa_status_info|in_progress|^k?success")
+    r"|not_?ready|^hsa_status_info|in_?progress|^k?success")
 # absl/XLA status names are plain words ("UNKNOWN", "INTERNAL"): only those with an
 # underscore, and only followed by a colon ("RESOURCE_EXHAUSTED: ..."), are codes.
 _ABSL_USABLE_RE = re.compile(r"^[A-Z]+_[A-Z_]+$")
