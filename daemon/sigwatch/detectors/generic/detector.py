@@ -97,7 +97,7 @@ _STRONG_RE = re.compile(
     r"(?i)out of (?:host |device )?memory|\boom\b|cannot allocate memory|too many open files"
     r"|no space left|bus error|segmentation fault|core dumped|\bkilled\b|illegal (?:memory "
     r"access|instruction|address)|unrecoverable|uncorrectable|fallen off the bus|device lost"
-    r"|\bdeadlock")
+    r"|\bdeadlock|显存不足|内存不足|空间不足")
 # Records that report no failure: retries, deprecations, counters at zero, known start-up noise.
 _BENIGN_RECORD_RE = re.compile(
     r"(?i)\bwill (?:be )?retr(?:y|ied)\b|\bretrying\b|\bretry(?:ing)? (?:in|after|#?\d)"
@@ -203,9 +203,13 @@ class GenericDetector:
     name = "generic"
 
     def __init__(self, clock: Clock, *, codes: CodeTable | None = None, host: str = "",
-                 status: str = "test", hold_seconds: float = 30.0, window_lines: int = 25,
+                 status: str = "stable", record_status: str = "test",
+                 hold_seconds: float = 30.0, window_lines: int = 25,
                  dedupe_seconds: float = 600.0, crash_lines: int = 60) -> None:
-        """``hold_seconds``: how long a finished traceback waits for the lines that say
+        """``status``: of the detections of a process or a check that failed (they page like
+        any stable signature); ``record_status``: of error records, the shape with the highest
+        false-alarm risk (``test``: sent to Alertmanager's non-paging route).
+        ``hold_seconds``: how long a finished traceback waits for the lines that say
         whether the process went on; ``window_lines``: how many lines of its rank it reads
         for that; ``dedupe_seconds``: a finding with the same key on a stream is reported once
         in this time; ``crash_lines``: later crash lines this close belong to the same crash."""
@@ -213,6 +217,7 @@ class GenericDetector:
         self.codes = codes if codes is not None else CodeTable()
         self.host = host
         self.status = status
+        self.record_status = record_status
         self.hold = hold_seconds
         self.window = window_lines
         self.dedupe = dedupe_seconds
@@ -606,7 +611,8 @@ class GenericDetector:
         line = found.line
         return [Detection(
             signature=found.signature, title=found.title, severity=found.severity,
-            status=self.status, source=info.source, path=info.path, stream_key=info.key,
+            status=self.record_status if found.signature == ERROR_RECORD else self.status,
+            source=info.source, path=info.path, stream_key=info.key,
             line=line.lineno, offset=line.offset, text=line.text, time=self.clock.time(),
             remediation=found.remediation, context=found.context, rank=line.rank,
             captures=found.captures, labels=found.labels, host=self.host, facts=found.facts,
