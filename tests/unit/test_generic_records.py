@@ -249,10 +249,8 @@ def test_a_record_inside_a_traceback_report_is_still_read() -> None:
 
 def test_records_go_to_the_non_paging_route_and_crashes_page() -> None:
     """Error records are ``test`` (Alertmanager's non-paging route); a crash is ``stable``."""
-    found = generic_scan("ERROR:dist:NCCL call returned ncclSystemError on rank 3
-"
-                         "Segmentation fault (core dumped)
-")
+    found = generic_scan("ERROR:dist:NCCL call returned ncclSystemError on rank 3\n"
+                         "Segmentation fault (core dumped)\n")
 
     assert {"generic_error_record": "test", "generic_native_crash": "stable"} == {
         d.signature: d.status for d in found}
