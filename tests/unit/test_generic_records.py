@@ -125,6 +125,29 @@ class TestSeverityRules:
         assert Severity.INFO == severity
         assert "other" == captures["component"]
 
+    def test_a_bare_error_followed_by_the_process_ending_is_a_warning(self) -> None:
+        """The record is information only unless the process ends within the next lines:
+        then it is a warning naming the line that says so."""
+        for ending in ("srun: error: node7: task 0: Exited with exit code 1",
+                       "Segmentation fault (core dumped)"):
+            found = generic_scan(text_of(f'''
+                ERROR:app:could not parse optional field 'notes'
+                saving partial results
+                {ending}
+                '''))
+
+            [record] = [d for d in found if d.text is not None and "notes" in d.text]
+            assert Severity.WARNING == record.severity, ending
+            assert ("ended", ending) in record.facts
+
+    def test_a_bare_error_the_process_survives_stays_information(self) -> None:
+        """Fifty lines later the process is still there: information only."""
+        found = generic_scan("ERROR:app:could not parse optional field 'notes'\n"
+                             + "".join(f"step {i} loss 2.0\n" for i in range(60))
+                             + "Killed\n")
+
+        assert Severity.INFO == only(found, RECORD).severity
+
     def test_a_fatal_record_is_an_error(self) -> None:
         """The writer says the process cannot go on."""
         severity, _captures = _record("CRITICAL:trainer:model state is corrupt, stopping")

@@ -198,3 +198,17 @@ class TestRestart:
         daemon.feed(TRACEBACK)
 
         assert [] == daemon.wait(60.0)
+
+
+class TestWaitingRecords:
+    def test_an_information_only_record_waits_then_is_delivered_once(self) -> None:
+        """While it waits for the lines after it, it is held (a restart keeps it); when the
+        hold ends with nothing else, it is information."""
+        daemon = _Daemon()
+
+        assert [] == daemon.feed("ERROR:app:could not parse optional field 'notes'\n")
+        assert (0,) == daemon.pipeline.need(1).held
+        found = daemon.wait(60.0)
+
+        assert ["generic_error_record"] == [d.signature for d in found]
+        assert () == daemon.pipeline.need(1).held

@@ -15,6 +15,7 @@ detection to a warning.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from sigwatch.detectors.generic.codes import Code, CodeTable
 from sigwatch.detectors.generic.native import Crash, match_crash
 from sigwatch.detectors.generic.records import Record, classify, level_of, parse_any
 from sigwatch.detectors.generic.tracebacks import (
+    ENDED_RE,
     HEADER_RE,
     FaultReport,
     LineIn,
@@ -118,6 +120,10 @@ _BUILTIN_EXCEPTIONS = frozenset({
 })
 MAX_KEYS = 1024
 MAX_INFO_PER_HOUR = 20
+MAX_PENDING = 8
+RECORD_WINDOW = 50  # lines after an information-only record in which the process may end
+# Shapes whose detection says the process (or a check) ended: records just before are raised.
+_ENDINGS = frozenset({"traceback", "exception", "faulthandler", "native_crash"})
 
 
 @dataclass(slots=True)
@@ -132,9 +138,20 @@ class _StreamState:
     fired: OrderedDict[str, float] = field(default_factory=OrderedDict)
     crash_until: int = -1  # crash lines up to this line number are part of one crash
     info_times: list[float] = field(default_factory=list)
+    # Records that are information only unless the process ends right after them.
+    pending: list[_Pending] = field(default_factory=list)
 
     def following(self) -> bool:
-        return bool(self.reports) or self.table is not None
+        return bool(self.reports) or self.table is not None or bool(self.pending)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An information-only record waiting a few lines: is it followed by the process ending?"""
+
+    found: _Found
+    deadline: float
+    lines: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +170,7 @@ class _Found:
     labels: tuple[tuple[str, str], ...] = ()
     owner: str = "unknown"
     context: tuple[str, ...] = ()
+    wait: bool = False  # wait a few lines: raised to a warning if the process ends after it
 
 
 _TB_REMEDY = Remediation(
@@ -252,6 +270,7 @@ class GenericDetector:
         for report in list(st.reports.values()):
             out.extend(self._finish(st, report))
         st.reports.clear()
+        out.extend(self._settle(st, "close"))
         return out
 
     def tick(self, now: float) -> Sequence[Detection]:
@@ -261,24 +280,30 @@ class GenericDetector:
                 if report.deadline is not None and report.deadline <= now:
                     del st.reports[rank]
                     out.extend(self._finish(st, report))
+            out.extend(self._settle(st, "time", now=now))
         return out
 
     def next_deadline(self) -> float | None:
         deadlines = [r.deadline for st in self._streams.values() for r in st.reports.values()
                      if r.deadline is not None]
+        deadlines += [p.deadline for st in self._streams.values() for p in st.pending]
         return min(deadlines) if deadlines else None
 
     def replay_floor(self, handle: int) -> tuple[int, int] | None:
         st = self._streams.get(handle)
-        if st is None or not st.reports:
+        if st is None:
             return None
-        return min(r.start for r in st.reports.values())
+        starts = [r.start for r in st.reports.values()]
+        starts += [(p.found.line.offset, p.found.line.lineno) for p in st.pending]
+        return min(starts) if starts else None
 
     def held(self, handle: int) -> tuple[int, ...]:
         st = self._streams.get(handle)
         if st is None:
             return ()
-        return tuple(sorted({o for r in st.reports.values() if (o := r.held()) is not None}))
+        held = {o for r in st.reports.values() if (o := r.held()) is not None}
+        held.update(p.found.line.offset for p in st.pending)
+        return tuple(sorted(held))
 
     def snapshot(self) -> object:
         return None  # open readings are rebuilt by replaying from ``replay_floor``
@@ -347,6 +372,11 @@ class GenericDetector:
               before: Callable[[int], list[str]]) -> list[Detection]:
         now = self.clock.monotonic()
         out: list[Detection] = []
+        if st.pending:
+            if ENDED_RE.search(line.text):
+                out.extend(self._settle(st, "ended", clip(line.text, 160)))
+            else:
+                out.extend(self._settle(st, "line"))
         for rank, other in list(st.reports.items()):
             if rank != line.rank:
                 other.observe(line)
@@ -573,11 +603,14 @@ class GenericDetector:
         title = ("Fatal Log Record" if record.level == "fatal" else "Error Log Record") + \
             f" ({_COMPONENT_TITLES[component]})"
         key = "|".join(("record", component, record.level, template))
-        return _Found(ERROR_RECORD, title, severity, line, "error_record", key,
-                      _with_summary(_RECORD_REMEDY, summary), captures=tuple(captures),
-                      facts=tuple(facts),
-                      labels=(("layer", "generic"), ("shape", "error_record"),
-                              ("component", component)))
+        found = _Found(ERROR_RECORD, title, severity, line, "error_record", key,
+                       _with_summary(_RECORD_REMEDY, summary), captures=tuple(captures),
+                       facts=tuple(facts),
+                       labels=(("layer", "generic"), ("shape", "error_record"),
+                               ("component", component)))
+        if severity == Severity.INFO and not st.harness:
+            return dataclasses.replace(found, wait=True)
+        return found
 
     def _check(self, check: FailedCheck, line: LineIn) -> _Found:
         captures = (("tool", check.tool), ("check", check.check))
@@ -597,26 +630,68 @@ class GenericDetector:
         return [(f"code {c.name}", f"{c.family}: {c.meaning}") for c in found[:3]]
 
     def _emit(self, st: _StreamState, found: _Found | None) -> list[Detection]:
-        if found is None:
+        if found is None or not self._fresh(st, found.key):
             return []
+        out: list[Detection] = []
+        if found.wait:  # information only, unless the process ends right after it
+            if len(st.pending) >= MAX_PENDING:
+                out.extend(self._settle(st, "overflow"))
+            st.pending.append(_Pending(found, self.clock.monotonic() + self.hold))
+            return out
+        if st.pending and found.severity >= Severity.WARNING and found.shape in _ENDINGS:
+            out.extend(self._settle(st, "ended", clip(found.line.text, 160)))  # they came first
+        out.append(self._detection(st, found))
+        return out
+
+    def _fresh(self, st: _StreamState, key: str) -> bool:
+        """True (and remembered) unless the same finding was reported on this stream lately."""
         now = self.clock.monotonic()
-        seen = st.fired.get(found.key)
+        seen = st.fired.get(key)
         if seen is not None and now - seen < self.dedupe:
-            return []
-        st.fired[found.key] = now
-        st.fired.move_to_end(found.key)
+            return False
+        st.fired[key] = now
+        st.fired.move_to_end(key)
         while len(st.fired) > MAX_KEYS:
             st.fired.popitem(last=False)
+        return True
+
+    def _settle(self, st: _StreamState, why: str, ended: str = "",
+                now: float = 0.0) -> list[Detection]:
+        """Decide the records waiting on ``st``: each becomes a warning naming ``ended`` when
+        the process ended (``why`` = "ended"), or information when its window is over ("line":
+        one more line passed; "time": ``now`` reached; "close": the stream ended; "overflow":
+        the oldest makes room)."""
+        out: list[Detection] = []
+        keep: list[_Pending] = []
+        for i, waiting in enumerate(st.pending):
+            found = waiting.found
+            if why == "line":
+                waiting.lines += 1
+            if why == "ended":
+                out.append(self._detection(st, _Found(
+                    found.signature, found.title, Severity.WARNING, found.line, found.shape,
+                    found.key, found.remediation, found.captures,
+                    (*found.facts, ("ended", ended)), found.labels, found.owner)))
+            elif (why == "close" or (why == "overflow" and i == 0)
+                  or (why == "line" and waiting.lines >= RECORD_WINDOW)
+                  or (why == "time" and waiting.deadline <= now)):
+                out.append(self._detection(st, found))
+            else:
+                keep.append(waiting)
+        st.pending = keep
+        return out
+
+    def _detection(self, st: _StreamState, found: _Found) -> Detection:
         info = st.info
         line = found.line
-        return [Detection(
+        return Detection(
             signature=found.signature, title=found.title, severity=found.severity,
             status=self.record_status if found.signature == ERROR_RECORD else self.status,
             source=info.source, path=info.path, stream_key=info.key,
             line=line.lineno, offset=line.offset, text=line.text, time=self.clock.time(),
             remediation=found.remediation, context=found.context, rank=line.rank,
             captures=found.captures, labels=found.labels, host=self.host, facts=found.facts,
-            owner=found.owner)]
+            owner=found.owner)
 
 
 _COMPONENT_TITLES = {

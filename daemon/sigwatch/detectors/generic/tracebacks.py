@@ -35,6 +35,7 @@ from sigwatch.detectors.generic._text import Frame, clip, is_user_frame
 from sigwatch.detectors.progress import ProgressParser
 
 __all__ = [
+    "ENDED_RE",
     "HEADER_RE",
     "Exc",
     "FaultReport",
@@ -85,7 +86,7 @@ _NOT_A_FAILURE = frozenset({"KeyboardInterrupt", "GeneratorExit", "BdbQuit", "bd
 _CONTINUED_RE = re.compile(
     r"(?i)\bretry(?:ing)?\b|\bwill retry\b|\battempt \d{1,4}\s*(?:/|of)\s*\d{1,4}|retries left"
     r"|\brecovered\b|^ok$|\bPASSED\b|^\.{1,80}$|\bcontinuing\b|\bskipping (?:this|the|bad)")
-_ENDED_RE = re.compile(
+ENDED_RE = re.compile(
     r"exit(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]|exitcode\s*:\s*-?[1-9]"
     r"|non-zero exit|ChildFailedError|\bFAILED\b|^Killed\b|core dumped|^Aborted\b"
     r"|srun: error|slurmstepd: error|terminate called|exited on signal|Signals\.SIG"
@@ -409,7 +410,7 @@ class TracebackReport(Report):
     def _evidence(self, text: str, *, same_rank: bool) -> None:
         if not text:
             return
-        if not self.ended and _ENDED_RE.search(text):
+        if not self.ended and ENDED_RE.search(text):
             self.ended = clip(text, 160)
         if same_rank and not self.continued and (
                 _CONTINUED_RE.search(text) or _PROGRESS.parse(text) is not None):
