@@ -64,6 +64,12 @@ class TestFatalSignalsAsToolsPrintThem:
         ("systemd[1]: trainer.service: Main process exited, code=killed, status=9/KILL",
          "SIGKILL"),
         ("    Reason:       OOMKilled", "SIGKILL"),
+        ("[77810.541290] python[29021]: segfault at 0 ip 00007f6b2c1a3e21 sp 00007ffd5b3b0a50 "
+         "error 4 in libtorch_cuda.so[7f6b2a000000+4b000000]", "SIGSEGV"),
+        ("[12.000000] traps: python3[4411] general protection fault ip:7f3a1c2b sp:7ffc9a10 "
+         "error:0 in libc.so.6[7f3a1c000000+195000]", "SIGSEGV"),
+        ("[12.000000] traps: trainer[4411] trap divide error ip:55d1 sp:7ffc error:0 in "
+         "trainer[55d0+1000]", "SIGFPE"),
     ], ids=lambda v: v[:40] if isinstance(v, str) else v)
     def test_children_that_die_of_a_signal(self, line: str, signal: str) -> None:
         """Launchers, schedulers and runtimes reporting a child killed by a signal."""
@@ -176,3 +182,12 @@ class TestChineseLocale:
     def test_shell_reports_in_a_chinese_locale(self, line: str, signal: str) -> None:
         """glibc's and bash's zh_CN catalogues: the same reports, translated."""
         assert signal == _crash(line + "\n")["signal"]
+
+
+def test_a_kernel_report_quoted_in_a_jobs_output_is_not_a_crash() -> None:
+    """``segfault at ... ip`` is news where the kernel says it, not in a job's own log."""
+    line = ("[77810.541290] python[29021]: segfault at 0 ip 00007f6b2c1a3e21 sp 00007ffd5b3b0a50 "
+            "error 4 in libtorch_cuda.so\n")
+
+    assert [] == loud(generic_scan(line, kind="file"))
+    assert CRASH == only(generic_scan(line, kind="kmsg"), CRASH).signature

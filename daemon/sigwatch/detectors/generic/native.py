@@ -34,6 +34,8 @@ __all__ = ["Crash", "match_crash"]
 CRASH_SIGNALS = frozenset({4, 5, 6, 7, 8, 9, 11, 24, 25, 31})
 _QUIET_SIGNALS = frozenset({2})  # Ctrl-C by hand
 _NAME_TO_NUMBER = {name: number for number, name in SIGNALS.items()}
+_KERNEL_TRAPS = {"segfault": 11, "general protection fault": 11, "stack segment": 11,
+                 "divide error": 8, "invalid opcode": 4, "int3": 5}
 _SHELL_WORDS = {
     "segmentation fault": 11, "bus error": 7, "floating point exception": 8,
     "illegal instruction": 4, "illegal hardware instruction": 4, "aborted": 6, "abort": 6,
@@ -114,6 +116,12 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                    r"|\bAbort\(\d{1,12}\) on node \d{1,7}")),
         # the kernel's OOM killer (mm/oom_kill.c), cgroup or global
         ("signal", r"\bKilled process \d{1,10} \((?P<what>[^)]{1,40})\)"),
+        # the kernel's report of a user process it signalled (arch/x86/mm/fault.c,
+        # arch/x86/kernel/traps.c): "python[1234]: segfault at 0 ip ...", "traps: python[1234]
+        # general protection fault ip:...", "... trap divide error ip:...", "trap invalid opcode"
+        ("signal", r"\[\d{1,10}\]: (?P<kseg>segfault) at [0-9a-f]{1,16} ip "),
+        ("signal", (r"\[\d{1,10}\]:? (?:trap )?(?P<ktrap>general protection fault|divide error"
+                    r"|invalid opcode|stack segment|int3)(?:: \d+)? ip:?")),
         # systemd: a unit's process killed by a signal, or exited with a failure status
         ("signal", (r"(?:Main|Control) process exited, code=(?:killed|dumped), "
                     r"status=(?P<num>\d{1,2})/")),
@@ -159,8 +167,12 @@ def match_crash(text: str) -> Crash | None:
         if kind == "signal" and number is None and ("Aborted at" in found.group()
                                                      or groups.get("what") or groups.get("oom")):
             number = 6 if "Aborted at" in found.group() else 9
+        if groups.get("kseg") or groups.get("ktrap"):
+            number = _KERNEL_TRAPS.get(str(groups.get("ktrap") or "segfault"), 11)
         summary = text
         if number is not None and kind == "signal":
             summary = f"{signal_name(number)}: {text}"
-        return Crash(kind, number, clip(summary, 200), kernel="Killed process" in found.group())
+        kernel = "Killed process" in found.group() or bool(groups.get("kseg")
+                                                            or groups.get("ktrap"))
+        return Crash(kind, number, clip(summary, 200), kernel=kernel)
     return None

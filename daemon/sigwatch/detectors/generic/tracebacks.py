@@ -92,7 +92,6 @@ ENDED_RE = re.compile(
     r"|srun: error|slurmstepd: error|terminate called|exited on signal|Signals\.SIG"
     r"|error: task \d|Worker group FAILED|failed \(exitcode|Fatal Python error"
     r"|ProcessExitedException|ProcessRaisedException|process \d+ terminated with")
-# Lines that only come before a traceback nobody had to act on.
 # What joins the next traceback to this failure: Python's chain messages, a remote traceback
 # quoted in triple quotes, torch.multiprocessing's and torchrun's framing of a child's failure.
 _CHAIN_RE = re.compile(
@@ -106,11 +105,11 @@ _WRAPPERS = frozenset({
     "BrokenProcessPool", "RayTaskError", "RayActorError", "ActorDiedError",
     "WorkerCrashedError", "BackendCompilerFailed", "InstantiationException",
 })
+# Lines that only come before a traceback nobody had to act on.
 _IGNORED_RE = re.compile(
     r"^Exception ignored\b|^Error in atexit\._run_exitfuncs|^--- Logging error ---"
     r"|^Error in sys\.excepthook")
 _THREAD_RE = re.compile(r"^Exception in thread (?!\")\S.{0,120}:\s*$")
-_PROCESS_RE = re.compile(r"^Process (?:\w+Process-|Process-)[\d:]{1,20}:\s*$")
 _DASHES_RE = re.compile(r"^(?:-{40,}|={40,})\s*$")
 _UNITTEST_RE = re.compile(r"^(?:ERROR|FAIL): \w")
 
