@@ -55,6 +55,10 @@ log = structlog.get_logger("sigwatch.pipeline")
 # precedes a traceback says whether it was only logged (the generic layer reads two).
 MIN_TAIL = 2
 
+# Offsets of delivered detections remembered per stream (far more than a held detection of a
+# detector whose held positions give way can wait behind).
+MAX_SPOKEN = 1024
+
 
 class Engine:
     """A pattern set compiled for matching; replaced whole on reload."""
@@ -90,6 +94,9 @@ class _Stream:
     tail: deque[bytes] = field(default_factory=lambda: deque(maxlen=1))
     content: str = "mixed"  # what the stream holds: kernel | job | mixed
     allowed: frozenset[str] | None = None  # signatures that apply (None: every one)
+    # Offsets of the latest detections delivered (or found delivered before a restart), for
+    # the held positions that give way to them (``Pipeline.need``).
+    spoken: dict[int, None] = field(default_factory=dict)
 
 
 class _Recent:
@@ -395,7 +402,13 @@ class Pipeline:
         floor = min(floors) if floors else None
         held: set[int] = set()
         for det in self.detectors:
-            held.update(det.held(handle))
+            mine = det.held(handle)
+            if mine and getattr(det, "held_gives_way", False):
+                # A pending position names every detection on its line: one already delivered
+                # there would be delivered again after a restart. A detector that ranks below
+                # the others (the generic layer) gives such a line up instead.
+                mine = tuple(o for o in mine if o not in stream.spoken)
+            held.update(mine)
         return ReplayNeed(position=floor[0] if floor else None,
                           lineno=floor[1] if floor else None,
                           held=tuple(sorted(held)), lineno_at_end=stream.lineno)
@@ -583,9 +596,14 @@ class Pipeline:
             if refined is None:
                 continue  # a generic detection folded into a signature's on the same line
             d = refined
-            if (stream is not None and d.offset is not None and d.offset < stream.replay_below
-                    and d.offset not in stream.pending):
-                continue  # delivered before a crash; the replay only rebuilds state
+            if stream is not None and d.offset is not None:
+                spoken = stream.spoken
+                spoken.pop(d.offset, None)
+                spoken[d.offset] = None
+                if len(spoken) > MAX_SPOKEN:
+                    del spoken[next(iter(spoken))]
+                if d.offset < stream.replay_below and d.offset not in stream.pending:
+                    continue  # delivered before a crash; the replay only rebuilds state
             for sink in self.sinks:
                 try:
                     sink.emit(d)

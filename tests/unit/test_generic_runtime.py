@@ -21,6 +21,7 @@ from sigwatch.clock import FakeClock
 from sigwatch.framing.lines import LineFramer
 from sigwatch.model import Detection, StreamInfo
 from sigwatch.patterns.compiled import PatternSet
+from sigwatch.patterns.loader import load_patterns
 from sigwatch.pipeline import Engine, Pipeline
 from sigwatch.sinks.base import CollectingSink
 from sigwatch.sources.base import StreamOpened
@@ -63,10 +64,12 @@ class _Daemon:
     """One stream through the real pipeline, fed and ticked like the daemon's runtime."""
 
     def __init__(self, *, replay_below: int = -1, pending: tuple[int, ...] = (),
-                 position: int = 0, lineno: int = 0) -> None:
+                 position: int = 0, lineno: int = 0,
+                 patterns: PatternSet | None = None) -> None:
         self.clock = FakeClock()
         self.sink = CollectingSink()
-        self.pipeline = Pipeline(Engine(PatternSet(())), [self.sink], clock=self.clock,
+        self.pipeline = Pipeline(Engine(patterns or PatternSet(())), [self.sink],
+                                 clock=self.clock,
                                  detectors=[build_generic(clock=self.clock)])
         self.framer = LineFramer(offset=position)
         self.pipeline.open(StreamOpened(1, StreamInfo("train", "t.log", "t.log"),
@@ -212,3 +215,26 @@ class TestWaitingRecords:
 
         assert ["generic_error_record"] == [d.signature for d in found]
         assert () == daemon.pipeline.need(1).held
+
+    def test_a_line_a_signature_was_delivered_on_is_not_held(self, tmp_path: Path) -> None:
+        """A pending position names every detection on its line: were the record's line kept
+        pending, a restart would deliver the signature's detection there a second time. The
+        generic layer ranks below it and gives the line up (the record would fold into it)."""
+        (tmp_path / "seq.toml").write_text(
+            'id = "test_error_seq"\ntitle = "Test Error Seq"\nseverity = "error"\n'
+            '[match]\nregex = \'ERROR seq=(?P<seq>\\d+)\'\nkeywords = ["ERROR seq="]\n',
+            encoding="utf-8")
+        patterns, errors = load_patterns([tmp_path])
+        assert [] == errors
+        text = "ERROR seq=1 payload\nINFO filler 1\n"
+        first = _Daemon(patterns=patterns)
+
+        assert ["test_error_seq"] == [d.signature for d in first.feed(text)]
+        need = first.pipeline.need(1)
+        assert () == need.held
+        again = _Daemon(patterns=patterns, replay_below=len(text), pending=need.held)
+        assert [] == again.feed(text) + again.wait(60.0)
+
+        alone = _Daemon()  # without the signature, the same record is held
+        alone.feed(text)
+        assert (0,) == alone.pipeline.need(1).held

@@ -100,7 +100,14 @@ class Detector(Protocol):
         ...
 
     def held(self, handle: int) -> tuple[int, ...]:
-        """Positions of detections held back (not delivered yet) for ``handle``."""
+        """Positions of detections held back (not delivered yet) for ``handle``.
+
+        A position names every detection on its line: after a restart the replay delivers again
+        whatever is found on a pending line. A detector whose class sets ``held_gives_way =
+        True`` (one that ranks below the others: the generic layer) has its held positions
+        dropped where some other detection was already delivered, so that one is not delivered
+        twice; the held one is then lost if the daemon dies before it is released.
+        """
         ...
 
     def snapshot(self) -> object:

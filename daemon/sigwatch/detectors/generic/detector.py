@@ -219,6 +219,7 @@ class GenericDetector:
     """The generic layer as one per-chunk detector (see the module docstring)."""
 
     name = "generic"
+    held_gives_way = True  # see ``Detector.held``: below every other detection on its line
 
     def __init__(self, clock: Clock, *, codes: CodeTable | None = None, host: str = "",
                  status: str = "stable", record_status: str = "test",
