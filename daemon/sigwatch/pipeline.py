@@ -602,8 +602,9 @@ class Pipeline:
                 spoken[d.offset] = None
                 if len(spoken) > MAX_SPOKEN:
                     del spoken[next(iter(spoken))]
-                if d.offset < stream.replay_below and d.offset not in stream.pending:
-                    continue  # delivered before a crash; the replay only rebuilds state
+            if (stream is not None and d.offset is not None and d.offset < stream.replay_below
+                    and d.offset not in stream.pending):
+                continue  # delivered before a crash; the replay only rebuilds state
             for sink in self.sinks:
                 try:
                     sink.emit(d)
