@@ -171,7 +171,9 @@ class SelfMetrics:
             ["severity"], registry=r)
         self.alerts_dropped = Counter(
             "sigwatch_alerts_dropped",
-            "Alerts given up before they were resolved (queue_full: over the bounded queue).",
+            "Alerts given up before they were resolved (queue_full: over the bounded queue; "
+            "unencodable or rejected: an alert that could not be sent, dropped so that it "
+            "does not block the others).",
             ["reason"], registry=r)
         self.alert_posts = Counter(
             "sigwatch_alertmanager_posts",
@@ -194,7 +196,8 @@ class SelfMetrics:
         for sev in ("info", "warning", "error", "critical"):
             self.alerts_raised.labels(sev)
             self.alerts_delivered.labels(sev)
-        self.alerts_dropped.labels("queue_full")
+        for reason in ("queue_full", "unencodable", "rejected"):
+            self.alerts_dropped.labels(reason)
         for reason in ("connect", "timeout", "rejected", "server_error"):
             self.alert_post_failures.labels(reason)
         # Sources beyond files and watching that scales (issue 11). Directories watched with

@@ -112,7 +112,9 @@ def _int_param(seen: dict[str, str], key: str, default: int | None, low: int, hi
     text = seen.get(key, "").strip()
     if not text:
         return default
-    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+    # Digits are counted before int(): Python refuses more than 4,300 of them (ValueError).
+    if (not (text.isascii() and text.isdigit()) or len(text) > len(str(high))
+            or not low <= int(text) <= high):
         what = "a page size" if key == "limit" else "a next_cursor from a previous page"
         msg = f"{key} must be {what}: an integer from {low} to {high}, not {text[:40]!r}"
         raise BadRequestError(msg, key)
