@@ -148,11 +148,16 @@ class WebApp:
             path = raw_path
         api = path.startswith("/api/")
         if self.auth is not None:
-            user = self.auth.check(environ.get("HTTP_AUTHORIZATION"))
-            if user is None:
+            result = self.auth.authenticate(environ.get("HTTP_AUTHORIZATION"),
+                                            str(environ.get("REMOTE_ADDR", "")))
+            if result.throttled:
+                return _error(429, "too many failed authentications from this address; "
+                              "retry later", api=api,
+                              headers=[("Retry-After", str(result.retry_after))])
+            if result.user is None:
                 return _error(401, "authentication required", api=api,
                               headers=[("WWW-Authenticate", self.auth.challenge)])
-            environ["sigwatch.user"] = user
+            environ["sigwatch.user"] = result.user
         route, params, allowed = self._match(path, method)
         if route is None:
             if allowed:
