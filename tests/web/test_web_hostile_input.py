@@ -101,3 +101,33 @@ class TestNonUTF8FileName:
         assert (BAD_PATH, HOSTILE_TEXT) == (held.detection.path, held.detection.text)
         assert _hostile(0).event_id == held.event_id
         assert 0 == again.skipped + again.write_errors
+
+
+class TestResponseCap:
+    def test_a_page_of_big_detections_stops_at_the_byte_cap_and_pages_on(self, serve) -> None:
+        """60 detections at their caps (about 22 KiB each) with limit=500: each response stays
+        under MAX_RESPONSE_BYTES and the cursor leads to every one, none twice."""
+        from sigwatch.model import cap_detection
+        from sigwatch.web.api import MAX_RESPONSE_BYTES
+
+        store = DetectionStore(None)
+        for n in range(60):
+            big = make_detection(n, text="t" * 100_000,
+                                 context=tuple("c" * 3000 for _ in range(10)))
+            store.add(cap_detection(big)[0])
+        s = serve(store=store)
+        seen: list[int] = []
+        sizes: list[int] = []
+        cursor = ""
+        while True:
+            reply = s.get(f"/api/v1/detections?limit=500{cursor}")
+            sizes.append(len(reply.body))
+            doc = json.loads(reply.body)
+            seen += [d["line"] for d in doc["detections"]]
+            if doc["next_cursor"] is None:
+                break
+            cursor = f"&cursor={doc['next_cursor']}"
+
+        assert sorted(seen) == list(range(10, 70)) and len(seen) == 60
+        assert 1 < len(sizes)
+        assert max(sizes) <= MAX_RESPONSE_BYTES
