@@ -145,3 +145,42 @@ class TestOverHTTP:
 
         assert (401, 429) == (first.status, second.status)
         assert "retry-after" in second.headers
+
+
+class TestRefusedBeforeAWorker:
+    def test_guesses_and_anonymous_requests_are_answered_while_every_worker_is_busy(
+            self, serve) -> None:
+        """One worker, no queue, held by an authenticated request: a request without
+        credentials gets its 401, and a guess past the budget its 429, from the I/O loop
+        (before: they waited for a worker, or got 503 and held a slot that scrapes needed)."""
+        from sigwatch.web.request import text_response
+        from sigwatch.web.server import ServerLimits
+
+        auth = BasicAuth({"prometheus": hash_password("s3cret", rounds=FAST)},
+                         budget=AuthBudget(per_client_burst=2, per_client_rate=0.001))
+        s = serve(auth=auth, limits=ServerLimits(workers=1, queue=0))
+        entered, release = threading.Event(), threading.Event()
+
+        def hold(_request):  # noqa: ANN001, ANN202
+            entered.set()
+            release.wait(30)
+            return text_response(200, "released\n")
+
+        s.app.add_route("/hold", hold)
+        assert 200 == s.get("/metrics", headers=basic("prometheus", "s3cret")).status
+        assert 401 == s.get("/metrics", headers=basic("prometheus", "guess-1")).status
+        holder = threading.Thread(
+            target=s.get, args=("/hold",), kwargs={"headers": basic("prometheus", "s3cret")})
+        holder.start()
+        try:
+            assert entered.wait(10)
+            anonymous = s.get("/metrics").status
+            guess = s.get("/metrics", headers=basic("prometheus", "guess-2"))
+            again = s.get("/metrics", headers=basic("prometheus", "guess-1")).status
+        finally:
+            release.set()
+            holder.join(10)
+
+        assert (401, 429, 401) == (anonymous, guess.status, again)
+        assert "retry-after" in guess.headers
+        assert "content-security-policy" in guess.headers

@@ -214,6 +214,10 @@ class _Bucket:
         self.tokens = burst
         self.at = now
 
+    def peek(self, now: float, burst: float, rate: float) -> bool:
+        """Whether ``take`` would succeed now (nothing is spent)."""
+        return min(burst, self.tokens + (now - self.at) * rate) >= 1
+
     def take(self, now: float, burst: float, rate: float) -> bool:
         self.tokens = min(burst, self.tokens + (now - self.at) * rate)
         self.at = now
@@ -254,7 +258,7 @@ class BasicAuth:
         self._failed: OrderedDict[bytes, float] = OrderedDict()  # key -> when it failed
         self._clients: OrderedDict[str, _Bucket] = OrderedDict()
         self._global = _Bucket(self.budget.global_burst, self._clock.monotonic())
-        self._deriving = threading.BoundedSemaphore(self.budget.concurrent)
+        self._deriving = 0  # derivations running now (under the lock)
         self._lock = threading.Lock()
 
     @property
@@ -266,6 +270,43 @@ class BasicAuth:
         """The user name when ``header`` carries valid credentials, else None."""
         return self.authenticate(header, "").user
 
+    def _key(self, user: str, password: str, stored: PasswordHash | None) -> bytes:
+        return hmac.new(self._secret, b"\0".join(
+            (user.encode(), password.encode(), (stored or self._decoy).text.encode(),
+             b"known" if stored is not None else b"unknown")), hashlib.sha256).digest()
+
+    def precheck(self, header: str | None, client: str) -> AuthResult | None:
+        """The answer when it needs no key derivation (no credentials, a pair that failed
+        recently, a client or the server over its budget), else None; spends nothing.
+
+        The HTTP server's I/O loop calls it before handing the request to a worker, so guesses
+        past the budget never occupy one. A pair accepted recently is None too: the worker
+        answers it from the cache, as every request that is let through is authenticated.
+        """
+        creds = _parse_basic(header)
+        if creds is None:
+            return AuthResult(None)
+        user, password = creds
+        key = self._key(user, password, self._users.get(user))
+        now = self._clock.monotonic()
+        b = self.budget
+        with self._lock:
+            if key in self._accepted:
+                return None
+            failed_at = self._failed.get(key)
+            if failed_at is not None and now - failed_at < b.failure_ttl:
+                return AuthResult(None)
+            bucket = self._clients.get(client)
+            if bucket is not None and not bucket.peek(now, b.per_client_burst,
+                                                      b.per_client_rate):
+                return AuthResult(None, throttled=True,
+                                  retry_after=max(1, round(1 / b.per_client_rate)))
+            if (not self._global.peek(now, b.global_burst, b.global_rate)
+                    or self._deriving >= b.concurrent):
+                return AuthResult(None, throttled=True,
+                                  retry_after=max(1, round(1 / b.global_rate)))
+        return None
+
     def authenticate(self, header: str | None, client: str) -> AuthResult:
         """Check ``header`` for the client at address ``client`` within the budget."""
         creds = _parse_basic(header)
@@ -273,9 +314,7 @@ class BasicAuth:
             return AuthResult(None)
         user, password = creds
         stored = self._users.get(user)
-        key = hmac.new(self._secret, b"\0".join(
-            (user.encode(), password.encode(), (stored or self._decoy).text.encode(),
-             b"known" if stored is not None else b"unknown")), hashlib.sha256).digest()
+        key = self._key(user, password, stored)
         now = self._clock.monotonic()
         b = self.budget
         with self._lock:
@@ -299,15 +338,17 @@ class BasicAuth:
                 bucket.tokens += 1  # not this client's fault
                 return AuthResult(None, throttled=True,
                                   retry_after=max(1, round(1 / b.global_rate)))
-            if not self._deriving.acquire(blocking=False):
+            if self._deriving >= b.concurrent:
                 bucket.tokens += 1
                 self._global.tokens += 1
                 return AuthResult(None, throttled=True, retry_after=1)
+            self._deriving += 1
         # The derivation, outside the lock; an unknown user costs the same as a known one.
         try:
             ok = (stored or self._decoy).verify(password) and stored is not None
         finally:
-            self._deriving.release()
+            with self._lock:
+                self._deriving -= 1
         with self._lock:
             if ok:
                 self._accepted[key] = None

@@ -53,10 +53,12 @@ __all__ = [
     "BindError",
     "ListenAddress",
     "ListenAddressError",
+    "RequestHead",
     "ServerEvent",
     "ServerLimits",
     "TLSConfig",
     "TLSError",
+    "Triage",
     "WebServer",
     "build_ssl_context",
     "check_bind",
@@ -298,6 +300,40 @@ class _ContextCache:
 
 
 # -- the server -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """What the I/O loop knows of a whole request before any worker sees it."""
+
+    method: str
+    path: str
+    authorization: str | None
+    client: str
+
+
+Triage = Callable[[RequestHead], bytes | None]
+"""Answers a request on the I/O loop when that needs no worker (a whole HTTP response), or
+None to hand it to one. It must be cheap: the loop waits for it. The application offers it as
+``app.triage`` (basic auth refusing guesses past their budget without a worker)."""
+
+
+def _head_of(request: bytes, client: tuple[Any, ...]) -> RequestHead | None:
+    lines = request.split(b"\n", 64)
+    parts = lines[0].split()
+    if len(parts) < 2:
+        return None
+    authorization = None
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not line.strip():
+            break
+        if sep and name.strip().lower() == b"authorization":
+            authorization = value.strip().decode("latin-1")
+            break
+    return RequestHead(parts[0].decode("latin-1").upper(),
+                       parts[1].decode("latin-1").split("?", 1)[0], authorization,
+                       str(client[0]) if client else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -725,8 +761,9 @@ class _Hub:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, gateway: _Gateway,
                  limits: ServerLimits, tls: _ContextCache | None,
-                 on_event: Callable[[ServerEvent], None]) -> None:
+                 on_event: Callable[[ServerEvent], None], triage: Triage | None) -> None:
         self.loop = loop
+        self.triage = triage
         self.gateway = gateway
         self.limits = limits
         self.tls = tls
@@ -759,6 +796,17 @@ class _Hub:
         self.connections.pop(conn, None)
 
     def dispatch(self, conn: _Connection, request: bytes) -> None:
+        if self.triage is not None:
+            head = _head_of(request, conn.client)
+            answer = None
+            if head is not None:
+                try:
+                    answer = self.triage(head)
+                except Exception:
+                    log.exception("http_triage_failed")
+            if answer is not None:
+                conn.respond(answer)
+                return
         if self.pending >= self.limits.workers + self.limits.queue:
             self.note("busy")
             conn.respond(_BUSY)
@@ -816,14 +864,17 @@ class WebServer:
         tls: TLSConfig | None = None,
         limits: ServerLimits | None = None,
         on_event: Callable[[ServerEvent], None] | None = None,
+        triage: Triage | None = None,
     ) -> None:
         """``on_event`` is called with "busy", "timeout", "tls_error" or "disconnect" for each
-        connection that ended that way (from the I/O loop: keep it cheap)."""
+        connection that ended that way (from the I/O loop: keep it cheap). ``triage`` answers
+        requests that need no worker; by default the application's ``triage`` if it has one."""
         self.app = app
         self.listen = parse_listen(listen) if isinstance(listen, str) else listen
         self.tls = tls
         self.limits = limits or ServerLimits()
         self._on_event = on_event or (lambda _event: None)
+        self._triage: Triage | None = triage or getattr(app, "triage", None)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hub: _Hub | None = None
         self._server: asyncio.Server | None = None
@@ -842,7 +893,7 @@ class WebServer:
         loop = asyncio.new_event_loop()
         loop.set_exception_handler(_loop_error)
         hub = _Hub(loop, _Gateway(self.app, str(host), self._port, https=tls is not None),
-                   self.limits, tls, self._on_event)
+                   self.limits, tls, self._on_event, self._triage)
         try:
             self._server = loop.run_until_complete(loop.create_server(
                 lambda: _Connection(hub), sock=sock, backlog=self.limits.backlog))
