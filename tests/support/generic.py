@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import textwrap
+import tomllib
 from collections.abc import Sequence
+from pathlib import Path
 
 from sigwatch.app import build_generic
 from sigwatch.clock import FakeClock
 from sigwatch.framing.lines import LineFramer
+from sigwatch.framing.normalize import normalize
 from sigwatch.model import Detection, Severity, StreamInfo
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.pipeline import Engine, Pipeline
 from sigwatch.sinks.base import CollectingSink
 from sigwatch.sources.base import StreamOpened
 
-__all__ = ["NO_SIGNATURES", "generic_scan", "loud", "only", "text_of"]
+__all__ = ["NO_SIGNATURES", "corpus_lines", "generic_scan", "loud", "only", "text_of"]
 
 NO_SIGNATURES = PatternSet(())
 """An empty library: what the generic layer catches on its own."""
@@ -29,6 +33,21 @@ def _engine(library: PatternSet) -> Engine:
         known = (library, Engine(library))
         _ENGINES[id(library)] = known
     return known[1]
+
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+
+
+@functools.cache
+def corpus_lines() -> tuple[str, ...]:
+    """Every distinct line (as the pipeline normalises it) of the real excerpts and of the
+    healthy logs: what a rewritten pattern must still match the same way."""
+    texts = [tomllib.loads(p.read_text(encoding="utf-8"))["text"]
+             for p in sorted(CORPUS.glob("real/*/*.toml"))]
+    texts += [p.read_text(encoding="utf-8", errors="replace")
+              for p in sorted(CORPUS.glob("goodlogs/*.log"))]
+    lines = {text for t in texts for raw in t.splitlines() for _rank, text in normalize(raw)}
+    return tuple(sorted(lines))
 
 
 def text_of(block: str) -> str:

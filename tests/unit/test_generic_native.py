@@ -8,8 +8,9 @@ runtimes and launchers report them; a child that died of a signal. A stop someon
 from __future__ import annotations
 
 import pytest
-from support.generic import generic_scan, loud, only, text_of
+from support.generic import corpus_lines, generic_scan, loud, only, text_of
 
+from sigwatch.detectors.generic import native
 from sigwatch.model import Severity
 
 CRASH = "generic_native_crash"
@@ -191,3 +192,70 @@ def test_a_kernel_report_quoted_in_a_jobs_output_is_not_a_crash() -> None:
 
     assert [] == loud(generic_scan(line, kind="file"))
     assert CRASH == only(generic_scan(line, kind="kmsg"), CRASH).signature
+
+
+# Lines for each phrase of ``native._PHRASE_RES``, in its order (one per branch with its own
+# literal in ``native._PHRASE_HINTS``).
+PHRASE_EXAMPLES: list[tuple[str, ...]] = [
+    ("terminate called after throwing an instance of 'c10::Error'",
+     "terminate called recursively"),
+    ("double free or corruption (out)", "free(): invalid pointer",
+     "munmap_chunk(): invalid pointer", "malloc(): corrupted top size",
+     "corrupted size vs. prev_size", "*** stack smashing detected ***: terminated",
+     "pure virtual method called"),
+    ("*** SIGSEGV received at time=1716537012 on cpu 7 ***",),
+    ("*** Aborted at 1716537012 (unix time) try \"date -d @1716537012\" if you are using GNU",),
+    ("*** Check failure stack trace: ***",),
+    ("F0522 10:00:00.000000  1234 graph.cc:12] Check failed: x == y (3 vs. 4)",
+     "[F socket.cpp:42] CHECK failed: fd >= 0"),
+    ("python: malloc.c:2379: sysmalloc: Assertion `old_size == 0' failed.",),
+    ("Program received signal SIGSEGV, Segmentation fault.",),
+    ("Signal 6 (SIGABRT) received by PID 4321",),
+    ("worker 3 exited with signal SIGKILL", "rank 2 was killed by signal 9"),
+    ("process 12 died with <Signals.SIGKILL: 9>",),
+    ("2024-05-01 12:00:00 received signal SIGSEGV, terminating",),
+    ("exitcode  : -9 (pid: 1234)", "returncode=-11"),
+    ("Process exited with exit code 137", "return code 134"),
+    ("[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x45d2a1]",),
+    ("MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",),
+    ("*** An error occurred in MPI_Init_thread",
+     "MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,",
+     "Abort(1091215) on node 7 (rank 7 in comm 0): Fatal error in PMPI_Init_thread"),
+    ("Out of memory: Killed process 4242 (python) total-vm:88123456kB, anon-rss:7123456kB",),
+    ("python[4242]: segfault at 0 ip 00007f3a1c2b3d4e sp 00007ffd8a7b6c50 error 4 in libc.so",),
+    ("traps: python[4242] general protection fault ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0",
+     "traps: python[4242] trap divide error ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0",
+     "traps: python[4242] trap invalid opcode ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0",
+     "traps: python[4242] trap stack segment ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0",
+     "traps: python[4242] trap int3 ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0"),
+    ("train.service: Main process exited, code=killed, status=9/KILL",),
+    ("train.service: Main process exited, code=exited, status=1/FAILURE",),
+    ("      Reason:       OOMKilled",),
+    ("Warning  BackOff  3m  kubelet  Back-off restarting failed container trainer",
+     "trainer-0   0/1     CrashLoopBackOff   5 (2m ago)   10m"),
+    ("panic: runtime error: invalid memory address or nil pointer dereference",),
+    ("fatal error: concurrent map writes",),
+    ("thread 'main' panicked at src/main.rs:10:5:",),
+    ('Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',),
+]
+
+
+class TestPhraseHints:
+    def test_every_phrase_has_an_example(self) -> None:
+        """A new phrase needs a line here (and a literal in ``_PHRASE_HINTS``)."""
+        assert len(native._PHRASE_RES) == len(PHRASE_EXAMPLES)
+        for (_kind, pattern), lines in zip(native._PHRASE_RES, PHRASE_EXAMPLES, strict=True):
+            for line in lines:
+                assert pattern.search(line), (pattern.pattern, line)
+                assert native.match_crash(line) is not None, line
+
+    def test_the_hints_skip_no_line_a_phrase_reports(self) -> None:
+        """Every line of the corpora and of these examples: the same crash with the literal
+        pre-check as with every phrase tried."""
+        lines = {line for lines in PHRASE_EXAMPLES for line in lines} | set(corpus_lines())
+        assert len(lines) > 3000
+
+        found = [line for line in lines if native.match_crash(line, hints=False) is not None]
+        assert len(found) > 60
+        for line in lines:
+            assert native.match_crash(line, hints=False) == native.match_crash(line), line

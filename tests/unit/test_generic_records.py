@@ -9,9 +9,13 @@ information only. Retries, counters at zero, deprecations and known start-up noi
 
 from __future__ import annotations
 
-import pytest
-from support.generic import generic_scan, loud, only, text_of
+import re
 
+import pytest
+from support.generic import corpus_lines, generic_scan, loud, only, text_of
+
+from sigwatch.detectors.generic import detector, records, tracebacks
+from sigwatch.detectors.generic._text import literal_first
 from sigwatch.detectors.generic.codes import CodeTable
 from sigwatch.detectors.generic.records import classify, parse_record
 from sigwatch.model import Severity
@@ -277,3 +281,71 @@ def test_records_go_to_the_non_paging_route_and_crashes_page() -> None:
 
     assert {"generic_error_record": "test", "generic_native_crash": "stable"} == {
         d.signature: d.status for d in found}
+
+
+# -- the patterns, rewritten for speed, match as written -------------------------------------------
+
+REWRITTEN = [
+    *((f"vocabulary {name}", words) for name, words in records.VOCABULARY_WORDS),
+    ("ended", tracebacks.ENDED_WORDS),
+    ("continued", tracebacks.CONTINUED_WORDS),
+    ("exit", detector.EXIT_WORDS),
+    ("strong", detector.STRONG_WORDS),
+    ("benign", detector.BENIGN_WORDS),
+]
+
+
+class TestLiteralFirst:
+    @pytest.mark.parametrize(("pattern", "rewritten"), [
+        (r"\bmlx\d|infiniband", r"m(?<!\wm)lx\d|infiniband"),
+        (r"\b(?:no|zero) errors\b|deprecat",
+         r"n(?<!\wn)o errors\b|z(?<!\wz)ero errors\b|deprecat"),
+        (r"(?i)\bretry", r"(?i)r(?<!\wr)etry"),
+        # left alone: a class, a quantified group, a named group, an escape first
+        (r"[|(]x|\b[a]b", r"[|(]x|\b[a]b"),
+        (r"\b(?:a|b)?c", r"\b(?:a|b)?c"),
+        (r"\b(?:(?P<n>a)|b)c", r"\b(?:(?P<n>a)|b)c"),
+        (r"\b\d+|x(?:a|b)", r"\b\d+|x(?:a|b)"),
+    ])
+    def test_the_rewriting(self, pattern: str, rewritten: str) -> None:
+        assert rewritten == literal_first(pattern)
+
+    @pytest.mark.parametrize(("name", "words"), REWRITTEN, ids=[n for n, _w in REWRITTEN])
+    def test_every_alternative_starts_with_a_literal(self, name: str, words: str) -> None:
+        """What makes ``re`` skip ahead: no alternative is left starting with a boundary."""
+        assert not any(alt.startswith("\\b") for alt in literal_first(words).split("|")), name
+
+    @pytest.mark.parametrize(("name", "words"), REWRITTEN, ids=[n for n, _w in REWRITTEN])
+    def test_the_same_matches_on_every_line_of_the_corpora(self, name: str,
+                                                            words: str) -> None:
+        written, rewritten = re.compile(words), re.compile(literal_first(words))
+        lines = corpus_lines()
+        assert len(lines) > 3000
+
+        for line in (*lines, *(line.lower() for line in lines)):
+            a, b = written.search(line), rewritten.search(line)
+            assert (a and a.span()) == (b and b.span()), (name, line)
+
+    def test_lowercase_patterns_on_lowercased_lines_as_case_insensitive_ones(self) -> None:
+        """``(?i)`` defeats the skipping: the record words match the lowercased message."""
+        cases = [(detector.EXIT_WORDS, detector._EXIT_RE),
+                 (detector.STRONG_WORDS, detector._STRONG_RE),
+                 (detector.BENIGN_WORDS, detector._BENIGN_RECORD_RE)]
+        hits = 0
+        for words, compiled in cases:
+            insensitive = re.compile("(?i)" + words)
+            for line in corpus_lines():
+                expected = insensitive.search(line) is not None
+                assert expected == (compiled.search(line.lower()) is not None), line
+                hits += expected
+        assert hits > 50
+
+    def test_ended_and_continued_as_the_single_patterns_they_replace(self) -> None:
+        was_ended = re.compile(tracebacks.ENDED_WORDS + r"|^Killed\b|^Aborted\b")
+        was_continued = re.compile("(?i)" + tracebacks.CONTINUED_WORDS + r"|^ok$|^\.{1,80}$")
+        lines = [*corpus_lines(), "Killed", "Aborted (core dumped)", "OK", "ok", "....", "."]
+        for line in lines:
+            assert (was_ended.search(line) is not None) == tracebacks.ended(line), line
+            assert (was_continued.search(line) is not None) == tracebacks.continued(line), line
+        assert sum(tracebacks.ended(line) for line in lines) > 20
+        assert sum(tracebacks.continued(line) for line in lines) > 20

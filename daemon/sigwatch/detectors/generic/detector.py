@@ -30,13 +30,12 @@ from sigwatch.detectors.base import (
     RecentLines,
     StreamContext,
 )
-from sigwatch.detectors.generic._text import Frame, clip, mask, signal_name
+from sigwatch.detectors.generic._text import Frame, clip, literal_first, mask, signal_name
 from sigwatch.detectors.generic.checks import FailedCheck, NcclTable, match_check
 from sigwatch.detectors.generic.codes import Code, CodeTable
 from sigwatch.detectors.generic.native import Crash, match_crash
 from sigwatch.detectors.generic.records import Record, classify, level_of, parse_any
 from sigwatch.detectors.generic.tracebacks import (
-    ENDED_RE,
     HEADER_RE,
     FaultReport,
     LineIn,
@@ -46,6 +45,7 @@ from sigwatch.detectors.generic.tracebacks import (
     TerminateReport,
     TracebackReport,
     bare_exception,
+    ended,
     frame_line,
 )
 from sigwatch.detectors.templates import ERROR_INTEREST, strip_header
@@ -90,23 +90,28 @@ _EVERY_LINE = re.compile(rb"^(?!\Z)", re.M)
 _HARNESS_RE = re.compile(r"={3,} test session starts ={3,}|^-{3,} Captured (?:stdout|stderr|log) "
                          r"(?:call|setup|teardown) -{3,}")
 _FAULT_RE = re.compile(r"^Fatal Python error: (?P<reason>\S.{0,200})$")
-_EXIT_RE = re.compile(r"(?i)exit(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]|exitcode\s*[:=]\s*"
-                      r"-?[1-9]|non-zero (?:exit|status)|returned non-zero"
-                      r"|\breturn(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]")
+# The three below are written in lowercase and matched on the lowercased message
+# (``literal_first``: ``re.IGNORECASE`` would defeat its skipping).
+EXIT_WORDS = (r"exit(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]|exitcode\s*[:=]\s*"
+              r"-?[1-9]|non-zero (?:exit|status)|returned non-zero"
+              r"|\breturn(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]")
 # Words that make an unclassified error record a failure: the process ran out of a resource,
 # crashed, or hit a fault it cannot recover from.
-_STRONG_RE = re.compile(
-    r"(?i)out of (?:host |device )?memory|\boom\b|cannot allocate memory|too many open files"
+STRONG_WORDS = (
+    r"out of (?:host |device )?memory|\boom\b|cannot allocate memory|too many open files"
     r"|no space left|bus error|segmentation fault|core dumped|\bkilled\b|illegal (?:memory "
     r"access|instruction|address)|unrecoverable|uncorrectable|fallen off the bus|device lost"
     r"|\bdeadlock|显存不足|内存不足|空间不足")
 # Records that report no failure: retries, deprecations, counters at zero, known start-up noise.
-_BENIGN_RECORD_RE = re.compile(
-    r"(?i)\bwill (?:be )?retr(?:y|ied)\b|\bretrying\b|\bretry(?:ing)? (?:in|after|#?\d)"
+BENIGN_WORDS = (
+    r"\bwill (?:be )?retr(?:y|ied)\b|\bretrying\b|\bretry(?:ing)? (?:in|after|#?\d)"
     r"|\battempt \d{1,4}\s*(?:/|of)\s*\d|deprecat|\b(?:no|0|zero) (?:errors|failures)\b"
     r"|\b(?:errors?|failures?|failed)\s*[:=]\s*0\b|(?:can|may) (?:be )?(?:safely )?ignored"
     r"|\bsucce(?:ss|ssfully|eded)\b|unable to register cu(?:dnn|fft|blas) factory"
     r"|delay kernel timed out|grpc_wait_for_shutdown|\bnot an error\b")
+_EXIT_RE = re.compile(literal_first(EXIT_WORDS))
+_STRONG_RE = re.compile(literal_first(STRONG_WORDS))
+_BENIGN_RECORD_RE = re.compile(literal_first(BENIGN_WORDS))
 
 # Exceptions of the language itself: raised from the user's own frame they are the job's bug
 # (a framework's or runtime's exception may be the node's or the fabric's: owner unknown).
@@ -374,7 +379,7 @@ class GenericDetector:
         now = self.clock.monotonic()
         out: list[Detection] = []
         if st.pending:
-            if ENDED_RE.search(line.text):
+            if ended(line.text):
                 out.extend(self._settle(st, "ended", clip(line.text, 160)))
             else:
                 out.extend(self._settle(st, "line"))
@@ -570,7 +575,8 @@ class GenericDetector:
     def _record(self, st: _StreamState, record: Record, line: LineIn, now: float,
                 codes: list[Code] | None = None) -> _Found | None:
         message = record.message
-        if _BENIGN_RECORD_RE.search(message):
+        lowered = message.lower()
+        if _BENIGN_RECORD_RE.search(lowered):
             return None
         component = classify(record)
         if codes is None:
@@ -581,8 +587,8 @@ class GenericDetector:
             severity = Severity.INFO  # a test harness's captured log: the test's, not the node's
         elif record.level == "fatal":
             severity = Severity.ERROR
-        elif (component != "other" or codes or _EXIT_RE.search(message)
-              or _STRONG_RE.search(message)):
+        elif (component != "other" or codes or _EXIT_RE.search(lowered)
+              or _STRONG_RE.search(lowered)):
             severity = Severity.WARNING
         else:
             severity = Severity.INFO

@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sigwatch.detectors.generic._text import literal_first
+
 __all__ = ["COMPONENTS", "Record", "classify", "level_of", "parse_any", "parse_record"]
 
 COMPONENTS = ("accelerator_runtime", "collective", "interconnect", "storage", "scheduler",
@@ -205,32 +207,33 @@ def _parse(text: str) -> Record | None:
 
 # Tried in this order: the most specific subject first (an NCCL line about an IB port is about
 # the interconnect; "no space left on device" is storage, not an accelerator).
-_VOCABULARY: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(words)) for name, words in (
-        ("interconnect", (
-         r"infiniband|\bib(?:_\w+|v\w*)?\b|\bmlx\d|\brdma|\broce\b|\befa\b|libfabric|\bofi\b"
-         r"|net/ofi|net/ib|\bfi_[a-z]|\bucx\b|nvlink|nvswitch|fabric ?manager|\bhccs\b"
-         r"|\bcqe\b|port (?:down|flap)|link (?:is )?(?:down|flap)|\bqp\b|\bverbs\b|hccp|\broce")),
-        ("storage", (
-         r"\bnfs\d?\b|lustre|gpfs|beegfs|weka|ceph|\bs3\b|\bgcs\b|hdfs|\bblob\b|\bdisk\b"
-         r"|filesystem|file system|no space left|enospc|\beio\b|input/output error|i/o error"
-         r"|read-only file system|stale file handle|\bmount\b|quota|checkpoint|\bfsync\b")),
-        ("container_runtime", (
-         r"docker|containerd|cri-o|\bcrio\b|\brunc\b|podman|kubelet|\bpod\b|oci runtime"
-         r"|nvidia-container|container toolkit|enroot|pyxis|singularity|apptainer|image pull"
-         r"|crashloopbackoff|back-off restarting")),
-        ("scheduler", (
-         r"slurm|\bsrun\b|sbatch|scontrol|\bpbs\b|\blsf\b|torque|kube-scheduler|raylet"
-         r"|gcs_server|\byarn\b|torchelastic|elastic agent|rendezvous")),
-        ("collective", (
-         r"nccl|rccl|hccl|\bhcl\b|gloo|\bmpi\b|mpi_|oneccl|\bccl\b|c10d|processgroup"
-         r"|all_?reduce|all_?gather|reduce_?scatter|alltoall|collective|horovod|nvshmem")),
-        ("accelerator_runtime", (
-         r"cuda|cudnn|cublas|nvrtc|nvml|nvidia|\bgpus?\b|\bhip\b|rocm|\bhsa\b|miopen|rocblas"
-         r"|amdgpu|\bxla\b|\btpus?\b|pjrt|\bnpus?\b|ascend|aicore|aicpu|\bacl\b|\bcann\b"
-         r"|level.zero|\bze_|sycl|\bxpu|habana|\bhpu|synapse|gaudi|tensorrt|\btrt\b"
-         r"|\bdevice\b|\becc\b|\bxid\b|\bdrv\b|\baclnn")),
-    ))
+VOCABULARY_WORDS: tuple[tuple[str, str], ...] = (
+    ("interconnect", (
+     r"infiniband|\bib(?:_\w+|v\w*)?\b|\bmlx\d|\brdma|\broce\b|\befa\b|libfabric|\bofi\b"
+     r"|net/ofi|net/ib|\bfi_[a-z]|\bucx\b|nvlink|nvswitch|fabric ?manager|\bhccs\b"
+     r"|\bcqe\b|port (?:down|flap)|link (?:is )?(?:down|flap)|\bqp\b|\bverbs\b|hccp|\broce")),
+    ("storage", (
+     r"\bnfs\d?\b|lustre|gpfs|beegfs|weka|ceph|\bs3\b|\bgcs\b|hdfs|\bblob\b|\bdisk\b"
+     r"|filesystem|file system|no space left|enospc|\beio\b|input/output error|i/o error"
+     r"|read-only file system|stale file handle|\bmount\b|quota|checkpoint|\bfsync\b")),
+    ("container_runtime", (
+     r"docker|containerd|cri-o|\bcrio\b|\brunc\b|podman|kubelet|\bpod\b|oci runtime"
+     r"|nvidia-container|container toolkit|enroot|pyxis|singularity|apptainer|image pull"
+     r"|crashloopbackoff|back-off restarting")),
+    ("scheduler", (
+     r"slurm|\bsrun\b|sbatch|scontrol|\bpbs\b|\blsf\b|torque|kube-scheduler|raylet"
+     r"|gcs_server|\byarn\b|torchelastic|elastic agent|rendezvous")),
+    ("collective", (
+     r"nccl|rccl|hccl|\bhcl\b|gloo|\bmpi\b|mpi_|oneccl|\bccl\b|c10d|processgroup"
+     r"|all_?reduce|all_?gather|reduce_?scatter|alltoall|collective|horovod|nvshmem")),
+    ("accelerator_runtime", (
+     r"cuda|cudnn|cublas|nvrtc|nvml|nvidia|\bgpus?\b|\bhip\b|rocm|\bhsa\b|miopen|rocblas"
+     r"|amdgpu|\bxla\b|\btpus?\b|pjrt|\bnpus?\b|ascend|aicore|aicpu|\bacl\b|\bcann\b"
+     r"|level.zero|\bze_|sycl|\bxpu|habana|\bhpu|synapse|gaudi|tensorrt|\btrt\b"
+     r"|\bdevice\b|\becc\b|\bxid\b|\bdrv\b|\baclnn")),
+)
+_VOCABULARY = tuple((name, re.compile(literal_first(words)))
+                    for name, words in VOCABULARY_WORDS)
 # CANN plog module names (the second word of ``[ERROR] RUNTIME(...)``).
 _CANN_MODULES = {
     "HCCL": "collective", "HCCP": "interconnect", "ROCE": "interconnect",

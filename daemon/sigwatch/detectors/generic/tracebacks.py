@@ -31,11 +31,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sigwatch.detectors.generic._text import Frame, clip, is_user_frame
+from sigwatch.detectors.generic._text import Frame, clip, is_user_frame, literal_first
 from sigwatch.detectors.progress import ProgressParser
 
 __all__ = [
-    "ENDED_RE",
     "HEADER_RE",
     "Exc",
     "FaultReport",
@@ -45,6 +44,8 @@ __all__ = [
     "TerminateReport",
     "TracebackReport",
     "bare_exception",
+    "continued",
+    "ended",
     "frame_line",
     "parse_exception",
 ]
@@ -82,16 +83,37 @@ _NOT_EXC = frozenset({"During", "The", "Traceback", "Original", "Process", "Exce
                       "Error", "Warning", "Note", "Hint", "Caused", "Current", "Thread"})
 _NOT_A_FAILURE = frozenset({"KeyboardInterrupt", "GeneratorExit", "BdbQuit", "bdb.BdbQuit"})
 
-# What a traceback's next lines say about the process.
-_CONTINUED_RE = re.compile(
-    r"(?i)\bretry(?:ing)?\b|\bwill retry\b|\battempt \d{1,4}\s*(?:/|of)\s*\d{1,4}|retries left"
-    r"|\brecovered\b|^ok$|\bPASSED\b|^\.{1,80}$|\bcontinuing\b|\bskipping (?:this|the|bad)")
-ENDED_RE = re.compile(
+# What a traceback's next lines say about the process. Written in lowercase and matched on
+# the lowercased line (``literal_first``: ``re.IGNORECASE`` would defeat its skipping); the
+# lines that are only ``ok`` or dots are whole-line forms.
+CONTINUED_WORDS = (
+    r"\bretry(?:ing)?\b|\bwill retry\b|\battempt \d{1,4}\s*(?:/|of)\s*\d{1,4}|retries left"
+    r"|\brecovered\b|\bpassed\b|\bcontinuing\b|\bskipping (?:this|the|bad)")
+_CONTINUED_RE = re.compile(literal_first(CONTINUED_WORDS))
+_CONTINUED_LINE_RE = re.compile(r"(?i)ok|\.{1,80}")
+ENDED_WORDS = (
     r"exit(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]|exitcode\s*:\s*-?[1-9]"
-    r"|non-zero exit|ChildFailedError|\bFAILED\b|^Killed\b|core dumped|^Aborted\b"
+    r"|non-zero exit|ChildFailedError|\bFAILED\b|core dumped"
     r"|srun: error|slurmstepd: error|terminate called|exited on signal|Signals\.SIG"
     r"|error: task \d|Worker group FAILED|failed \(exitcode|Fatal Python error"
     r"|ProcessExitedException|ProcessRaisedException|process \d+ terminated with")
+_ENDED_RE = re.compile(literal_first(ENDED_WORDS))
+_ENDED_START_RE = re.compile(r"(?:Killed|Aborted)\b")
+
+
+def ended(text: str) -> bool:
+    """True when ``text`` says the process ended: an exit status, a kill, a launcher's
+    failure (what a pending record or a held traceback waits for)."""
+    return _ENDED_RE.search(text) is not None or _ENDED_START_RE.match(text) is not None
+
+
+def continued(text: str) -> bool:
+    """True when ``text`` says the process went on after a traceback (a retry, a test that
+    passed, ``ok``; progress lines are read by the caller)."""
+    return (_CONTINUED_RE.search(text.lower()) is not None
+            or _CONTINUED_LINE_RE.fullmatch(text) is not None)
+
+
 # What joins the next traceback to this failure: Python's chain messages, a remote traceback
 # quoted in triple quotes, torch.multiprocessing's and torchrun's framing of a child's failure.
 _CHAIN_RE = re.compile(
@@ -409,10 +431,10 @@ class TracebackReport(Report):
     def _evidence(self, text: str, *, same_rank: bool) -> None:
         if not text:
             return
-        if not self.ended and ENDED_RE.search(text):
+        if not self.ended and ended(text):
             self.ended = clip(text, 160)
         if same_rank and not self.continued and (
-                _CONTINUED_RE.search(text) or _PROGRESS.parse(text) is not None):
+                continued(text) or _PROGRESS.parse(text) is not None):
             self.continued = clip(text, 160)
 
     def held(self) -> int | None:
