@@ -115,12 +115,15 @@ class TestOrder:
 
 class TestFieldsDetectionsMayCarry:
     def test_incidents_are_per_job_and_count_folded_repeats(self) -> None:
-        """Two jobs failing the same way are two incidents; a detection of 5 repeats is 5."""
+        """Two jobs failing the same way are two incidents; a count update saying the folded
+        incident is at 5 occurrences makes it 5, however many times it is delivered."""
         base = make_detection(0)
-        a = dataclasses.replace(base, owner="user", jobs=("4471203",), repeats=5)
+        a = dataclasses.replace(base, owner="user", jobs=("4471203",))
+        a5 = dataclasses.replace(a, offset=900, incident=a.event_id, occurrence=5, repeats=4)
         b = dataclasses.replace(a, offset=5000, jobs=("4471204",))
+        b5 = dataclasses.replace(b, offset=5900, incident=b.event_id, occurrence=5, repeats=4)
 
-        incidents = build_incidents(_held(a, b), now=NOW + 1)
+        incidents = build_incidents(_held(a, a5, b, b5, b5), now=NOW + 1)
 
         assert [("4471204", 5), ("4471203", 5)] == sorted(
             ((i.key[2], i.count) for i in incidents), reverse=True)

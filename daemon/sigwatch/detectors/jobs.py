@@ -100,6 +100,7 @@ class JobBook:
         self._jobs: dict[str, _Job] = {}
         self._stream_job: dict[int, str] = {}  # open stream handle -> its job
         self._waiting: dict[str, set[int]] = {}  # jobs with open streams but no line yet
+        self._refused: set[tuple[str, ...]] = set()  # counted once each (bounded)
 
     # -- streams (pump thread) -----------------------------------------------------------------
 
@@ -146,12 +147,21 @@ class JobBook:
             known.last_line = max(known.last_line, now)
             return known
         if len(self._jobs) >= self.limits.jobs:
-            self._on_refused("job")
+            self._refuse("job", job)
             return None
         streams = self._waiting.pop(job, set())
         streams.update(h for h, j in self._stream_job.items() if j == job)
         known = self._jobs[job] = _Job(now, streams)
         return known
+
+    def _refuse(self, what: str, *key: str) -> None:
+        """Count a refusal once per job, rank or group (it is retried on every chunk)."""
+        if (what, *key) in self._refused:
+            return
+        if len(self._refused) >= 10_000:
+            self._refused.clear()
+        self._refused.add((what, *key))
+        self._on_refused(what)
 
     def active_jobs(self) -> tuple[str, ...]:
         """The jobs active now, sorted (a kernel fault belongs to each of them)."""
@@ -199,7 +209,7 @@ class JobBook:
         found = known.ranks.get(rank)
         if found is None:
             if len(known.ranks) >= self.limits.ranks:
-                self._on_refused("rank")
+                self._refuse("rank", job, rank)
                 return None
             found = known.ranks[rank] = _Rank()
         return found
@@ -216,7 +226,7 @@ class JobBook:
             c = r.pgs.get(pg)
             if c is None:
                 if len(r.pgs) >= self.limits.pgs:
-                    self._on_refused("pg")
+                    self._refuse("pg", job, rank, pg)
                     return
                 c = r.pgs[pg] = _Collective()
             c.seqs.update(seqs)

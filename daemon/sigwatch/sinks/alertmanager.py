@@ -241,7 +241,9 @@ class AlertmanagerSink:
         key = (detection.signature, self.node, detection.source, job)
         alert = self._alerts.get(key)
         if alert is not None and alert.resolved_at is None:
-            alert.repeats += detection.repeats
+            # A count update of a folded incident says the total so far (idempotent).
+            alert.repeats = (max(alert.repeats, detection.occurrence) if detection.incident
+                             else alert.repeats + 1)
             alert.last_seen = max(alert.last_seen, now)
             self._dirty = True
             return
