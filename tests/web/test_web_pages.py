@@ -199,6 +199,18 @@ class TestIncidentsFirst:
         assert 'job <b class="field-job">4471203</b>' in page
         assert 'owner <b class="field-owner">node</b>' in page
 
+    def test_a_folded_incident_shows_its_count_once(self, serve) -> None:
+        """800,000 Xid lines folded into one incident: one card, its count, its job."""
+        first = dataclasses.replace(make_detection(0), owner="node", jobs=("4471203",))
+        update = dataclasses.replace(first, offset=9_000_000, incident=first.event_id,
+                                     occurrence=800_000, repeats=799_999)
+
+        page = self._page(serve, first, update)
+
+        assert 1 == page.count('<article class="incident')
+        assert "800,000 detections" in page
+        assert 'job <b class="field-job">4471203</b>' in page
+
     def test_the_node_faults_follow_the_open_incidents(self, tmp_path) -> None:  # noqa: ANN001
         """The node's faults (sigwatch.web.faults) have their place: after the incident cards
         (the phone's first screen stays the worst incident), before every detection."""
