@@ -42,6 +42,8 @@ def _rss_mb() -> float:
 
 
 def child(mode: str, repeats: int, workdir: Path) -> dict[str, object]:
+    from prometheus_client import CollectorRegistry
+
     from sigwatch.clock import SystemClock
     from sigwatch.detectors.folding import Folder
     from sigwatch.detectors.jobs import JobBook
@@ -55,7 +57,6 @@ def child(mode: str, repeats: int, workdir: Path) -> dict[str, object]:
     from sigwatch.telemetry.metrics import JobCollector, SelfMetrics
     from sigwatch.web.incidents import build_incidents
     from sigwatch.web.store import DetectionStore, StatusPageSink
-    from prometheus_client import CollectorRegistry
 
     patterns, errors = load_patterns([builtin_pattern_dir()])
     assert not errors, errors
