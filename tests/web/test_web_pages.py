@@ -285,6 +285,20 @@ class TestDetectionPage:
                    for step in d.remediation.steps[:1])
         assert "Earlier detections of cuda_device_side_assert" in page
 
+    def test_job_owner_and_the_incident_a_repeat_belongs_to_are_shown(self, serve) -> None:
+        first = dataclasses.replace(make_detection(0), owner="node", jobs=("4471203",))
+        repeat = dataclasses.replace(first, offset=9000, incident=first.event_id,
+                                     occurrence=42)
+        store = DetectionStore(None)
+        store.add(first)
+        store.add(repeat)
+
+        page = serve(store=store).get(f"/detections/{repeat.event_id}").text
+
+        assert "<dt>Job</dt><dd>4471203</dd>" in page
+        assert "<dt>Owner</dt><dd>node</dd>" in page
+        assert f'42 of the incident opened by <a href="/detections/{first.event_id}">' in page
+
     def test_a_line_less_detection_shows_what_it_is_about(self, serve) -> None:
         """A stall has no line: its about text and measured facts are shown instead."""
         stall = make_detection(0, line=None, offset=None, text=None, context=(),
