@@ -457,9 +457,9 @@ class _Pages:
         if d.owner != "unknown":
             rows.append(("Owner", e(d.owner)))
         if d.incident:
-            rows.append(("Repeat", f"{d.occurrence:,} of the incident opened by "
+            rows.append(("Repeat", (f"{d.occurrence:,} of the incident opened by "
                                    f'<a href="{e(detection_path(d.incident))}">'
-                                   f'<span class="mono">{e(d.incident)}</span></a>'))
+                                   f'<span class="mono">{e(d.incident)}</span></a>')))
         rows.extend((f"Capture {e(k)}", f'<span class="mono">{e(v)}</span>')
                     for k, v in d.captures)
         rows.extend((f"Label {e(k)}", e(v)) for k, v in d.labels)
