@@ -11,8 +11,14 @@ from __future__ import annotations
 
 from support.generic import generic_scan, only, text_of
 
-from sigwatch.model import Severity
+from sigwatch.app import build_generic
+from sigwatch.clock import FakeClock
+from sigwatch.framing.lines import LineFramer
+from sigwatch.model import Severity, StreamInfo
 from sigwatch.patterns.compiled import PatternSet
+from sigwatch.pipeline import Engine, Pipeline
+from sigwatch.sinks.base import CollectingSink
+from sigwatch.sources.base import StreamOpened
 
 
 class TestSpecificSignatureStaysTheRootCause:
@@ -119,3 +125,28 @@ class TestOnlyWhatCameBefore:
 
         crash = only(found, "generic_native_crash")
         assert (None, Severity.ERROR) == (crash.root_cause, crash.severity)
+
+    def test_a_specific_detection_in_another_job_is_not_the_root_cause(
+            self, library: PatternSet) -> None:
+        """Two jobs on one node, one source: job A's ECC error explains nothing of job B."""
+        clock = FakeClock()
+        sink = CollectingSink()
+        pipeline = Pipeline(Engine(library), [sink], clock=clock,
+                            detectors=[build_generic(clock=clock)])
+        streams = {"job-a": "RuntimeError: CUDA error: uncorrectable ECC error encountered\n",
+                   "job-b": text_of('''
+                       Traceback (most recent call last):
+                         File "/job/launch.py", line 20, in <module>
+                           wait_all(workers)
+                       RuntimeError: worker 1 stopped
+                       ''')}
+        for handle, (job, text) in enumerate(streams.items(), start=1):
+            info = StreamInfo("train", f"/training/{job}/rank0.log", job, job=job)
+            pipeline.open(StreamOpened(handle, info))
+            pipeline.process(handle, LineFramer().feed(text.encode()))
+            pipeline.finish(handle)
+
+        assert "cuda_uncorrectable_ecc" == only(sink.detections, "cuda_uncorrectable_ecc").signature
+        generic = only(sink.detections, "generic_traceback")
+        assert ("job-b", None, Severity.ERROR) == (generic.job, generic.root_cause,
+                                                   generic.severity)
