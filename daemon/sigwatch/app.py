@@ -10,6 +10,7 @@ reloads the patterns (a broken set keeps the old one).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -27,6 +28,7 @@ from sigwatch.clock import Clock, SystemClock
 from sigwatch.detectors.base import Detector
 from sigwatch.detectors.burst import BurstDetector
 from sigwatch.detectors.folding import Folder
+from sigwatch.detectors.generic import CodeTable, GenericDetector
 from sigwatch.detectors.jobs import JobBook
 from sigwatch.detectors.progress import Extractor
 from sigwatch.detectors.templates import NovelErrorDetector
@@ -62,7 +64,8 @@ if TYPE_CHECKING:
     from sigwatch.web.status import Liveness
     from sigwatch.web.store import DetectionStore
 
-__all__ = ["Daemon", "build_daemon", "build_faults", "build_pipeline", "build_runtime",
+__all__ = ["Daemon", "build_daemon", "build_faults", "build_generic", "build_pipeline",
+           "build_runtime",
            "policy_problems", "run_daemon", "sd_notify"]
 
 # Seconds between full polls of every file while inotify hints are live.
@@ -131,11 +134,12 @@ def build_pipeline(patterns: PatternSet | Engine, sinks: Sequence[Sink], *, cloc
 
 def build_detectors(settings: DetectorSettings | None = None, *, clock: Clock, host: str = "",
                     metrics: SelfMetrics | None = None,
-                    jobs: JobBook | None = None) -> list[Detector]:
+                    jobs: JobBook | None = None, generic: bool = True) -> list[Detector]:
     """The detectors beyond signatures, sharing one progress reader and one template miner.
 
     ``settings`` None: every detector with its defaults (what ``scan`` runs), without loading
-    the config models. ``jobs``: the rank facts detector fills this book too.
+    the config models; ``generic`` False leaves the generic layer out (``scan --no-generic``).
+    ``jobs``: the rank facts detector fills this book too.
     """
     from sigwatch.detectors.ranks import RankFactsDetector
 
@@ -150,6 +154,8 @@ def build_detectors(settings: DetectorSettings | None = None, *, clock: Clock, h
             BurstDetector(clock, miner=novel.miner, host=host)]
         if jobs is not None:
             found.append(RankFactsDetector(clock, book=jobs, reader=reader))
+        if generic:
+            found.append(build_generic(clock=clock, host=host))
         return found
     reader = ProgressReader([Extractor.user(e.name, e.regex) for e in settings.extractors])
     out: list[Detector] = []
@@ -179,7 +185,26 @@ def build_detectors(settings: DetectorSettings | None = None, *, clock: Clock, h
                                  window=settings.burst.window_seconds,
                                  factor=settings.burst.factor,
                                  min_count=settings.burst.min_count, host=host))
+    if settings.generic.enabled:
+        out.append(build_generic(clock=clock, host=host,
+                                 hold_seconds=settings.generic.hold_seconds))
     return out
+
+
+def build_generic(*, clock: Clock, host: str = "", enums: Path | None = None,
+                  hold_seconds: float = 30.0) -> GenericDetector:
+    """The generic layer, with the vendor error tables of ``enums`` (default: the library's
+    ``_enums`` folder) compiled once."""
+    folder = enums if enums is not None else builtin_pattern_dir() / "_enums"
+    codes = _vendor_codes(str(folder))
+    return GenericDetector(clock, codes=codes, host=host, hold_seconds=hold_seconds)
+
+
+@functools.lru_cache(maxsize=4)
+def _vendor_codes(folder: str) -> CodeTable:
+    """The vendor tables of ``folder``, read once per process (they ship with the library)."""
+    path = Path(folder)
+    return CodeTable.load(path) if path.is_dir() else CodeTable()
 
 
 def build_runtime(*, sources: Sequence[Source], pipeline: Pipeline, clock: Clock,

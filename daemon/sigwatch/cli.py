@@ -144,6 +144,10 @@ def _parser() -> argparse.ArgumentParser:
                            "which run by default as in the daemon.")
     scan.add_argument("--detectors", dest="detectors", action="store_true",
                       help="DEPRECATED: the detectors run by default; kept as a no-op.")
+    scan.add_argument("--no-generic", dest="generic", action="store_false",
+                      help="Leave out the generic layer (tracebacks, native crashes, error "
+                           "records and failed checks caught by their shape), which runs by "
+                           "default with the other detectors.")
     scan.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                       help="Colour the text output (auto: on a terminal, unless NO_COLOR).")
     scan.add_argument("--min-severity", choices=["info", "warning", "error", "critical"],
@@ -304,7 +308,7 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
     if args.detectors:
         from sigwatch.app import build_detectors
 
-        detectors = build_detectors(clock=clock)
+        detectors = build_detectors(clock=clock, generic=args.generic)
     pipeline = build_pipeline(patterns, [sink], clock=clock, detectors=detectors)
     floor = Severity.parse(args.min_severity)
     shown: list[Detection] = []

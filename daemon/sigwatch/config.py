@@ -166,6 +166,13 @@ class BurstSettings(_Strict):
     min_count: int = Field(default=20, ge=1)
 
 
+class GenericSettings(_Strict):
+    """The generic layer: tracebacks, native crashes, error records, failed checks."""
+
+    enabled: bool = True
+    hold_seconds: float = Field(default=30.0, gt=0, le=3600)
+
+
 class ExtractorConfig(_Strict):
     """A user progress extractor: a regex with named groups (step, time, loss, ...)."""
 
@@ -190,6 +197,7 @@ class DetectorSettings(_Strict):
     stall: StallSettings = Field(default_factory=StallSettings)
     bad_numbers: BadNumbersSettings = Field(default_factory=BadNumbersSettings)
     burst: BurstSettings = Field(default_factory=BurstSettings)
+    generic: GenericSettings = Field(default_factory=GenericSettings)
     extractors: list[ExtractorConfig] = Field(default_factory=list)
 
 

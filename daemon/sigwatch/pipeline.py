@@ -54,6 +54,14 @@ DETECTOR_MODES = ("chunk", "line")
 
 log = structlog.get_logger("sigwatch.pipeline")
 
+# Lines of a stream kept from one chunk for the next whatever the signatures quote: what
+# precedes a traceback says whether it was only logged (the generic layer reads two).
+MIN_TAIL = 2
+
+# Offsets of delivered detections remembered per stream (far more than a held detection of a
+# detector whose held positions give way can wait behind).
+MAX_SPOKEN = 1024
+
 
 class Engine:
     """A pattern set compiled for matching; replaced whole on reload."""
@@ -89,6 +97,9 @@ class _Stream:
     tail: deque[bytes] = field(default_factory=lambda: deque(maxlen=1))
     content: str = "mixed"  # what the stream holds: kernel | job | mixed
     allowed: frozenset[str] | None = None  # signatures that apply (None: every one)
+    # Offsets of the latest detections delivered (or found delivered before a restart), for
+    # the held positions that give way to them (``Pipeline.need``).
+    spoken: dict[int, None] = field(default_factory=dict)
 
 
 class _Recent:
@@ -266,6 +277,9 @@ class Pipeline:
         # Per detector: the bits of its interests in ``self.interests``.
         self._masks = [self.interests.mask(want) for want in wants]
         self._line_detectors = [(i, d) for i, d in enumerate(self.detectors) if i not in chunked]
+        # Per-chunk detectors that may be reading a multi-line record across chunks.
+        self._followers = [(i, d) for i, d in self._chunked
+                           if callable(getattr(d, "following", None))]
         self._line_mask = 0
         self._chunk_mask = 0
         for i in range(len(self.detectors)):
@@ -297,7 +311,7 @@ class Pipeline:
         self.correlator.swap(engine.patterns)
         released = self.signatures.swap(engine.patterns)
         self.signatures.regex_timeout = engine.regex_timeout
-        width = max(engine.max_context, 1)
+        width = max(engine.max_context, MIN_TAIL)
         for stream in self._streams.values():
             if stream.tail.maxlen != width:
                 stream.tail = deque(stream.tail, maxlen=width)
@@ -352,7 +366,7 @@ class Pipeline:
         content = content_of(event.kind, self.content.get(event.info.source))
         self._streams[event.handle] = _Stream(
             ctx, event.lineno, event.replay_below, frozenset(event.pending),
-            deque(maxlen=max(self.engine.max_context, 1)), content,
+            deque(maxlen=max(self.engine.max_context, MIN_TAIL)), content,
             self._allowed_for(content))
         for detector in self.detectors:
             detector.on_open(ctx)
@@ -428,7 +442,13 @@ class Pipeline:
         floor = min(floors) if floors else None
         held: set[int] = set()
         for det in self.detectors:
-            held.update(det.held(handle))
+            mine = det.held(handle)
+            if mine and getattr(det, "held_gives_way", False):
+                # A pending position names every detection on its line: one already delivered
+                # there would be delivered again after a restart. A detector that ranks below
+                # the others (the generic layer) gives such a line up instead.
+                mine = tuple(o for o in mine if o not in stream.spoken)
+            held.update(mine)
         return ReplayNeed(position=floor[0] if floor else None,
                           lineno=floor[1] if floor else None,
                           held=tuple(sorted(held)), lineno_at_end=stream.lineno)
@@ -535,8 +555,7 @@ class Pipeline:
         if matched is not None:
             out.extend(self._chunk(stream, data, seg.offset, base_lineno, selected, matched,
                                    seg_time))
-        if engine.max_context:
-            _remember_tail(stream.tail, data, engine.max_context)
+        _remember_tail(stream.tail, data, max(engine.max_context, MIN_TAIL))
         return out
 
     def _chunk(self, stream: _Stream, data: bytes, base: int, base_lineno: int,
@@ -546,10 +565,15 @@ class Pipeline:
         and the lines signatures matched, each decoded at most once."""
         chunk_mask = self._chunk_mask
         starts = [s for s, entry in selected.items() if entry[1] & chunk_mask]
+        detectors = self._chunked
         if matched:
             starts = sorted(set(starts).union(matched))
         elif not starts:
-            return []
+            handle = stream.ctx.handle
+            detectors = [(i, d) for i, d in self._followers
+                         if d.following(handle)]  # type: ignore[attr-defined]
+            if not detectors:
+                return []
         else:
             starts.sort()
         lines: list[ChunkLine] = []
@@ -567,10 +591,12 @@ class Pipeline:
             counted_to = end + 1
             lines.append(ChunkLine(start, end, lineno, base + start, bits,
                                    matched.get(start) or {}))
+        tail = stream.tail
         chunk = Chunk(stream.ctx, data, lines, stream.replay_below, seg_time,
-                      self.interests.mask)
+                      self.interests.mask, base=base, base_lineno=base_lineno,
+                      recent=lambda start: _Recent(data, start, tail))
         out: list[Detection] = []
-        for index, detector in self._chunked:
+        for index, detector in detectors:
             out.extend(self._deliver(stream, detector.on_chunk(chunk, self._masks[index])))
         return out
 
@@ -627,7 +653,16 @@ class Pipeline:
         out: list[Detection] = []
         for found in detections:
             # Its job first: fallout is only explained by a cause in its own job.
-            d = self.correlator.refine(self._attribute(stream, self._capped(found)))
+            refined = self.correlator.refine(self._attribute(stream, self._capped(found)))
+            if refined is None:
+                continue  # a generic detection folded into a signature's on the same line
+            d = refined
+            if stream is not None and d.offset is not None:
+                spoken = stream.spoken
+                spoken.pop(d.offset, None)
+                spoken[d.offset] = None
+                if len(spoken) > MAX_SPOKEN:
+                    del spoken[next(iter(spoken))]
             if (stream is not None and d.offset is not None and d.offset < stream.replay_below
                     and d.offset not in stream.pending):
                 continue  # delivered before a crash; the replay only rebuilds state

@@ -124,7 +124,7 @@ def test_a_traceback_detection_quotes_its_frames(tmp_path: Path, capsys) -> None
     _status, out = _scan(tmp_path, tb, "--format", "json", capsys=capsys)
     found = [json.loads(line) for line in out.splitlines()]
 
-    uncaught = [d for d in found if d["signature"] == "python_uncaught_exception"]
+    uncaught = [d for d in found if d["signature"] == "generic_traceback"]
     assert 1 == len(uncaught)
     assert '  File "train.py", line 5, in main' in uncaught[0]["context"]
     assert "ValueError: bad" == uncaught[0]["text"]
