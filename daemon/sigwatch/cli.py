@@ -125,6 +125,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="Do not print detections on stderr.")
     ex.add_argument("--source", default="exec", metavar="NAME",
                     help="The source label of this command's output (default: exec).")
+    ex.add_argument("--node", metavar="NAME",
+                    help="The node label of detections and job gauges (default: the host "
+                         "name). The job and rank come from the launcher's environment "
+                         "(SLURM_JOB_ID, RANK, ...; see docs/fleet.md).")
     ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...",
                     help="The command and its arguments.")
 
@@ -455,8 +459,17 @@ def _exec(args: argparse.Namespace) -> int:
         except ListenAddressError as exc:
             raise SigwatchError(str(exc)) from None
     configure_logging(level="warning")
+    node = ""
+    if args.node:
+        from sigwatch.config import expand_env_reference
+
+        try:
+            node = expand_env_reference(args.node)
+        except ValueError as exc:
+            raise SigwatchError(f"exec: --node: {exc}") from None
     options = ExecOptions(patterns=tuple(args.patterns or ()), events=args.events,
-                          listen=args.listen, console=not args.no_console, source=args.source)
+                          listen=args.listen, console=not args.no_console, source=args.source,
+                          node=node)
     return run_exec(command, options)
 
 

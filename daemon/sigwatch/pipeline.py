@@ -30,16 +30,19 @@ from sigwatch.detectors.base import (
     StreamContext,
     interests_of,
 )
+from sigwatch.detectors.folding import Folder
+from sigwatch.detectors.jobs import JobBook
 from sigwatch.detectors.rootcause import RootCauseCorrelator
 from sigwatch.detectors.signatures import HOLD_SECONDS, SignatureDetector
 from sigwatch.engine.matcher import DEFAULT_REGEX_TIMEOUT, Matcher
 from sigwatch.framing.lines import Segment
 from sigwatch.framing.normalize import normalize, normalize_line
-from sigwatch.model import Detection, LogLine, Match
+from sigwatch.model import Detection, LogLine, Match, StreamInfo
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.kinds import allowed_signatures, content_of
 from sigwatch.sinks.base import Sink
 from sigwatch.sources.base import ReplayNeed, StreamClosed, StreamEvent, StreamLines, StreamOpened
+from sigwatch.sources.identity import JobIdentity
 from sigwatch.telemetry.metrics import SelfMetrics
 
 __all__ = ["DETECTOR_MODES", "HOLD_SECONDS", "Engine", "Interests", "Pipeline"]
@@ -227,10 +230,16 @@ class Pipeline:
         detectors: Sequence[Detector] = (),
         content: Mapping[str, str] | None = None,
         detector_mode: str = "chunk",
+        identify: Callable[[StreamInfo], JobIdentity | None] | None = None,
+        jobs: JobBook | None = None,
+        folder: Folder | None = None,
     ) -> None:
         """``content``: source name -> what its streams hold (``kernel``/``job``/``mixed``)
         when the stream's kind does not say it (see ``sigwatch.patterns.kinds``).
-        ``detector_mode``: see ``DETECTOR_MODES``."""
+        ``detector_mode``: see ``DETECTOR_MODES``. ``identify``: a stream's job and rank
+        (``sigwatch.sources.identity``). ``jobs``: the active jobs and their facts (kernel
+        faults are attributed to them). ``folder``: repeats fold into open incidents; sinks
+        with ``every_occurrence`` still get each occurrence, the others the first and counts."""
         if detector_mode not in DETECTOR_MODES:
             raise ValueError(f"unknown detector mode {detector_mode!r}; one of {DETECTOR_MODES}")
         self.engine = engine
@@ -265,6 +274,10 @@ class Pipeline:
             else:
                 self._line_mask |= self._masks[i]
         self.correlator = RootCauseCorrelator(engine.patterns)
+        self.identify = identify
+        self.jobs = jobs
+        self.folder = folder
+        self._every = [s for s in self.sinks if getattr(s, "every_occurrence", False)]
         self._streams: dict[int, _Stream] = {}
         self._next_handle = -1  # scans allocate negative handles; sources use positive ones
         self.delivered = 0
@@ -328,7 +341,14 @@ class Pipeline:
         return handle
 
     def open(self, event: StreamOpened) -> None:
-        ctx = StreamContext(event.handle, event.info, event.kind)
+        info = event.info
+        found = self.identify(info) if self.identify is not None else None
+        if found:
+            info = dataclasses.replace(info, job=found.job, rank=found.rank,
+                                       labels=found.labels())
+        if self.jobs is not None and info.job:
+            self.jobs.stream_opened(event.handle, info.job)
+        ctx = StreamContext(event.handle, info, event.kind)
         content = content_of(event.kind, self.content.get(event.info.source))
         self._streams[event.handle] = _Stream(
             ctx, event.lineno, event.replay_below, frozenset(event.pending),
@@ -341,6 +361,8 @@ class Pipeline:
         """Run whole-line segments of one stream through the engine and the detectors."""
         stream = self._streams[handle]
         out: list[Detection] = []
+        if self.jobs is not None and stream.ctx.info.job:
+            self.jobs.lines_read(handle, self.clock.time())
         for seg in segments:
             out.extend(self._segment(stream, seg))
         out.extend(self._deliver(stream, self.signatures.after_chunk(handle)))
@@ -354,6 +376,8 @@ class Pipeline:
         out: list[Detection] = []
         for detector in self.detectors:
             out.extend(self._deliver(stream, detector.on_close(stream.ctx, clean=clean)))
+        if self.jobs is not None:
+            self.jobs.stream_closed(handle)
         return out
 
     def tick(self) -> list[Detection]:
@@ -364,7 +388,19 @@ class Pipeline:
             deadline = detector.next_deadline()
             if deadline is not None and deadline <= now:
                 out.extend(self._deliver_all(detector.tick(now)))
+        wall = self.clock.time()
+        if self.jobs is not None:
+            self.jobs.expire(wall)
+        if self.folder is not None:
+            for update in self.folder.due(wall):
+                self._emit(self.sinks, update, every=False)
         return out
+
+    def report_incidents(self) -> None:
+        """Send every count not reported yet (before the last checkpoint of a stop)."""
+        if self.folder is not None:
+            for update in self.folder.flush(self.clock.time()):
+                self._emit(self.sinks, update, every=False)
 
     def open_incidents(self) -> list[Detection]:
         """Detections still open (a stall, a regression) from detectors that keep any."""
@@ -377,6 +413,10 @@ class Pipeline:
 
     def next_deadline(self) -> float | None:
         deadlines = [d for det in self.detectors if (d := det.next_deadline()) is not None]
+        walls = [w for w in (self.folder.next_deadline() if self.folder else None,
+                             self.jobs.next_expiry() if self.jobs else None) if w is not None]
+        if walls:  # folding and job activity keep wall-clock times (they survive restarts)
+            deadlines.append(self.clock.monotonic() + max(min(walls) - self.clock.time(), 0.0))
         return min(deadlines) if deadlines else None
 
     def need(self, handle: int) -> ReplayNeed:
@@ -400,12 +440,19 @@ class Pipeline:
             state = det.snapshot()
             if state is not None:
                 out[det.name] = state
+        if self.folder is not None:
+            out[self.folder.name] = self.folder.snapshot()
+        if self.jobs is not None:
+            out[self.jobs.name] = self.jobs.snapshot()
         return out
 
     def restore(self, states: dict[str, object]) -> None:
         for det in self.detectors:
             if det.name in states:
                 det.restore(states[det.name])
+        for part in (self.folder, self.jobs):
+            if part is not None and part.name in states:
+                part.restore(states[part.name])
 
     def _allowed_for(self, content: str) -> frozenset[str] | None:
         """The signatures that apply to a stream holding ``content`` (cached per kind)."""
@@ -570,14 +617,50 @@ class Pipeline:
             if (stream is not None and d.offset is not None and d.offset < stream.replay_below
                     and d.offset not in stream.pending):
                 continue  # delivered before a crash; the replay only rebuilds state
-            for sink in self.sinks:
-                try:
-                    sink.emit(d)
-                except Exception as exc:  # noqa: BLE001 - a sink must never stop the pump
-                    self._sink_failed(sink, exc)
+            d = self._attribute(stream, d)
+            first = True
+            if self.folder is not None:
+                folded = self.folder.fold(d, self.clock.time())
+                if folded.closed is not None:
+                    self._emit(self.sinks, folded.closed, every=False)
+                d, first = folded.detection, folded.first
+            if first:
+                if self.jobs is not None:
+                    self.jobs.fault(d, self.clock.time())
+                if self.metrics is not None:
+                    self.metrics.incidents_opened.labels(d.severity.label).inc()
+                self._emit(self.sinks, d)
+            else:
+                self._emit(self._every, d)
             out.append(d)
         self.delivered += len(out)
         return out
+
+    def _emit(self, sinks: Sequence[Sink], d: Detection, *, every: bool = True) -> None:
+        """``d`` to ``sinks``; ``every=False``: a count update, for the sinks that do not see
+        every occurrence."""
+        for sink in sinks:
+            if not every and sink in self._every:
+                continue
+            try:
+                sink.emit(d)
+            except Exception as exc:  # noqa: BLE001 - a sink must never stop the pump
+                self._sink_failed(sink, exc)
+
+    def _attribute(self, stream: _Stream | None, d: Detection) -> Detection:
+        """``d`` with its job(s): the stream's own, or for a kernel-log fault every job the
+        node runs now; and the stream's rank when the line did not say one."""
+        if d.jobs:
+            return d
+        if stream is not None and stream.ctx.info.job:
+            info = stream.ctx.info
+            return dataclasses.replace(d, jobs=(info.job,),
+                                       rank=d.rank if d.rank is not None else info.rank)
+        if self.jobs is not None and stream is not None and stream.content == "kernel":
+            active = self.jobs.active_jobs()
+            if active:
+                return dataclasses.replace(d, jobs=active)
+        return d
 
     def _sink_failed(self, sink: Sink, exc: BaseException) -> None:
         if self.metrics is not None:

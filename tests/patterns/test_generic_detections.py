@@ -180,3 +180,50 @@ class TestNativeAndKernelErrorLines:
 
         assert later and later[0].root_cause is not None
         assert later[0].root_cause.signature == "rocm_amdgpu_ring_timeout"
+
+
+class TestOneKernelEventOverSeveralLines:
+    """The OOM killer's report (``invoked oom-killer``, the memory and task dumps,
+    ``oom-kill:constraint=``, ``Killed process``) is one event: one detection (issue 21)."""
+
+    REPORT = (
+        "[2059991.401102] python3 invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), "
+        "order=0, oom_score_adj=0\n"
+        "[2059991.401110] CPU: 12 PID: 25315 Comm: python3 Tainted: P           OE\n"
+        "[2059991.401190] Mem-Info:\n"
+        "[2059991.401201] active_anon:7862864 inactive_anon:12 isolated_anon:0\n"
+        + "".join(f"[2059991.4913{i:02d}] [  {25300 + i}]     0 {25300 + i}  13328061  7862864 "
+                  "63160320        0             0 python3\n" for i in range(60))
+        + "[2059991.491436] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,"
+        "mems_allowed=0,global_oom,task_memcg=/user.slice,task=python3,pid=25315,uid=0\n"
+        "[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:53312244kB, "
+        "anon-rss:31451456kB, file-rss:74816kB, shmem-rss:12296kB, UID:0 pgtables:69068kB "
+        "oom_score_adj:0\n")
+
+    def test_the_report_is_one_detection_on_the_killed_process_line(self, library) -> None:
+        found = [d for d in detect_text(Engine(library), self.REPORT)
+                 if d.signature == "host_oom_killer"]
+
+        [d] = found
+        assert "Killed process 25315 (python3)" in (d.text or "")
+        assert {("pid", "25315"), ("process", "python3"),
+                ("constraint", "CONSTRAINT_NONE")} <= set(d.captures)
+        assert any("invoked oom-killer" in c for c in d.context)
+        assert any("oom-kill:constraint=" in c for c in d.context)
+
+    def test_two_kills_are_two_detections(self, library) -> None:
+        found = [d for d in detect_text(Engine(library), self.REPORT + self.REPORT)
+                 if d.signature == "host_oom_killer"]
+
+        assert 2 == len(found)
+
+    def test_a_report_cut_after_its_first_line_is_still_detected(self, library) -> None:
+        """A paste (or a ring buffer) holding only the first line of the report."""
+        text = ("May  1 21:13:05 dev-VirtualBox kernel: [ 4563.079551] memory-hog-2048 invoked "
+                "oom-killer: gfp_mask=0x2084d0, order=0, oom_score_adj=0\n"
+                "May  1 21:13:06 dev-VirtualBox kernel: [ 4563.079821] Mem-Info:\n")
+
+        found = [d for d in detect_text(Engine(library), text)
+                 if d.signature == "host_oom_killer"]
+
+        assert 1 == len(found)

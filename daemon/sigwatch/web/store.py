@@ -26,13 +26,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import structlog
 
-from sigwatch.model import Detection, Remediation, RootCause, Severity
+from sigwatch.model import Detection, Severity, detection_from_json
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -68,55 +67,6 @@ class Page:
     items: list[StoredDetection]
     total: int
     next_cursor: int | None
-
-
-def detection_from_json(doc: dict[str, Any], *, time: float | None = None, key: str = "",
-                        first_offset: int = -1) -> Detection:
-    """Rebuild a ``Detection`` from ``Detection.to_json()`` (plus what that shape leaves out).
-
-    ``to_json`` rounds the time to milliseconds and omits ``key`` and ``first_offset``; the
-    store keeps them beside the JSON so the rebuilt detection has the same ``event_id``.
-    Raises ``KeyError``, ``TypeError`` or ``ValueError`` on a malformed document.
-    """
-    rem = doc["remediation"]
-    root = doc.get("root_cause")
-    return Detection(
-        signature=str(doc["signature"]), title=str(doc["title"]),
-        severity=Severity.parse(str(doc["severity"])), status=str(doc["status"]),
-        source=str(doc["source"]), path=str(doc["path"]), stream_key=str(doc["stream"]),
-        line=_opt_int(doc.get("line")), offset=_opt_int(doc.get("offset")),
-        text=None if doc.get("text") is None else str(doc["text"]),
-        time=float(time) if time is not None else _parse_time(str(doc["time"])),
-        remediation=Remediation(summary=str(rem["summary"]),
-                                steps=tuple(str(s) for s in rem["steps"]),
-                                runbook=str(rem["runbook"]), action=str(rem["action"])),
-        context=tuple(str(c) for c in doc.get("context") or ()),
-        rank=None if doc.get("rank") is None else str(doc["rank"]),
-        captures=tuple((str(k), str(v)) for k, v in (doc.get("captures") or {}).items()),
-        labels=tuple((str(k), str(v)) for k, v in (doc.get("labels") or {}).items()),
-        root_cause=None if root is None else RootCause(
-            signature=str(root["signature"]), title=str(root["title"]),
-            text=str(root["text"]), path=str(root["path"]), offset=int(root["offset"])),
-        host=str(doc.get("host") or ""),
-        first_offset=first_offset,
-        about=str(doc.get("about") or ""),
-        key=key,
-        facts=tuple((str(k), str(v)) for k, v in (doc.get("facts") or {}).items()),
-        owner=str(doc.get("owner") or "unknown"),
-    )
-
-
-def _opt_int(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"expected an integer, got {value!r}"
-        raise TypeError(msg)
-    return value
-
-
-def _parse_time(text: str) -> float:
-    return datetime.fromisoformat(text).timestamp()
 
 
 def _record(seq: int, d: Detection) -> str:
