@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ["KINDS", "RELEASES", "Cascade", "CascadeWriter", "Expected", "Layout", "Line",
-           "generate", "random_cascade", "steady"]
+__all__ = ["JOB_LOGS", "KERNEL_FILE", "KINDS", "RELEASES", "Cascade", "CascadeWriter",
+           "Expected", "Layout", "Line", "generate", "random_cascade", "steady"]
 
 # PyTorch releases whose NCCL watchdog wordings differ (ProcessGroupNCCL.cpp): 1.13 and 2.1
 # print "[Rank r]" with no per-rank figures; 2.2 adds "Timeout at NCCL work: ..." and the
@@ -78,13 +78,15 @@ class Layout:
         return range(first, first + self.ranks_per_node)
 
     def rank_file(self, rank: int) -> str:
-        return f"{self.job}/rank{rank}.log"
+        return f"jobs/{self.job}/rank{rank}.log"
 
     def launcher_file(self) -> str:
-        return f"{self.job}/launcher.log"
+        return f"jobs/{self.job}/launcher.log"
 
 
-KERNEL_FILE = "kernel.log"
+KERNEL_FILE = "kernel/kern.log"
+JOB_LOGS = r"/jobs/(?P<job>[^/]+)/(?:rank(?P<rank>\d+)|launcher)\.log$"
+"""``labels_from_path`` for the layout: the job from the folder, the rank from the file."""
 
 
 @dataclass(frozen=True)
@@ -582,9 +584,10 @@ def generate(kind: str, layout: Layout, rng: random.Random, *, start: float,
     fault_at = start + lead
     seq = rng.randint(2_000, 90_000)
     _startup(b, start - 1.0)
-    _noise(b, start, fault_at + timeout + 10, node_warning_p=node_warning_p)
     node = layout.nodes[culprit % len(layout.nodes)]
     rank = culprit % layout.world
+    _noise(b, start, start + straggler_seconds if kind == "straggler" else fault_at + timeout + 10,
+           node_warning_p=node_warning_p)
     if kind == "straggler":
         steady(b, start, start + straggler_seconds, 1, slow={node: slowdown})
         expected = Expected("", "", frozenset(), frozenset(), straggler=node, fails=False)
@@ -635,7 +638,8 @@ def random_cascade(rng: random.Random, *, start: float, job: str,
 
 
 class CascadeWriter:
-    """Writes cascades into ``roots[node]`` (rank logs under ``<job>/``, ``kernel.log``).
+    """Writes cascades into ``roots[node]``: ``jobs/<job>/rank<r>.log``, ``jobs/<job>/launcher.log``
+    (torchrun's agent) and ``kernel/kern.log`` (the kernel log, as journalctl writes it).
 
     ``write_until(t)`` appends every line whose write time is at most ``t`` (true time), in
     order, grouped per file; the test paces it with the real clock, the scorer with its own.
