@@ -658,6 +658,13 @@ class CascadeWriter:
     def next_time(self) -> float | None:
         return self._pending[0].written if self._pending else None
 
+    def drop(self, job: str) -> int:
+        """Forget the job's lines not written yet (the job was stopped); returns how many."""
+        kept = [x for x in self._pending if f"/{job}/" not in f"/{x.file}"]
+        dropped = len(self._pending) - len(kept)
+        self._pending = kept
+        return dropped
+
     def write_until(self, t: float) -> int:
         """Append every pending line written at or before ``t``; returns how many."""
         cut = 0
