@@ -13,10 +13,6 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any
 
-_REPEAT_FIELDS = ("event_id", "time", "signature", "severity", "status", "source", "path",
-                  "stream", "line", "offset", "rank", "text", "captures", "host", "owner",
-                  "job", "jobs", "incident", "occurrence", "repeats")
-
 __all__ = [
     "Detection",
     "LogLine",
@@ -220,10 +216,15 @@ class Detection:
     def to_repeat_json(self) -> dict[str, Any]:
         """The compact record of a repeat: where and when, and the incident it folds into.
 
-        Title, context and remediation are those of the incident's first record.
+        Everything else (title, severity, source, path, owner, job, context, the fix) is the
+        incident's first record's.
         """
-        full = self.to_json()
-        return {k: full[k] for k in _REPEAT_FIELDS}
+        stamp = datetime.fromtimestamp(self.time, tz=UTC).isoformat(timespec="milliseconds")
+        return {"event_id": self.event_id, "time": stamp.replace("+00:00", "Z"),
+               "signature": self.signature, "stream": self.stream_key, "line": self.line,
+               "offset": self.offset, "rank": self.rank, "text": self.text,
+               "captures": dict(self.captures), "incident": self.incident,
+               "occurrence": self.occurrence}
 
 
 def detection_from_json(doc: dict[str, Any], *, time: float | None = None, key: str = "",

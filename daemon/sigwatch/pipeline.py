@@ -251,7 +251,7 @@ class Pipeline:
         self.host = host
         self.signatures = SignatureDetector(
             engine.patterns, clock=clock, host=host, regex_timeout=engine.regex_timeout,
-            lineno_of=self._lineno_of)
+            lineno_of=self._lineno_of, folded=self._folded if folder is not None else None)
         self.detectors: list[Detector] = [self.signatures, *detectors]
         self.extra: list[Detector] = list(detectors)
         # Detectors fed per chunk; the others get each line they want through on_line.
@@ -462,6 +462,19 @@ class Pipeline:
             self._allowed[content] = (None if len(allowed) == len(patterns.signatures)
                                       else allowed)
         return self._allowed[content]
+
+    def _folded(self, signature: str, event: LineEvent) -> bool:
+        """Whether a detection of ``signature`` on this line would repeat an open incident."""
+        assert self.folder is not None
+        stream = self._streams.get(event.stream.handle)
+        if stream is None or event.replaying:
+            return False
+        info = stream.ctx.info
+        job = info.job
+        if not job and self.jobs is not None and stream.content == "kernel":
+            job = ",".join(self.jobs.active_jobs())
+        t = event.line.time if event.line.time is not None else self.clock.time()
+        return self.folder.is_open((signature, info.source, job), t)
 
     def _lineno_of(self, handle: int) -> int:
         stream = self._streams.get(handle)

@@ -199,6 +199,18 @@ class TestIncidentsFirst:
         assert 'job <b class="field-job">4471203</b>' in page
         assert 'owner <b class="field-owner">node</b>' in page
 
+    def test_a_folded_incident_shows_its_count_once(self, serve) -> None:
+        """800,000 Xid lines folded into one incident: one card, its count, its job."""
+        first = dataclasses.replace(make_detection(0), owner="node", jobs=("4471203",))
+        update = dataclasses.replace(first, offset=9_000_000, incident=first.event_id,
+                                     occurrence=800_000, repeats=799_999)
+
+        page = self._page(serve, first, update)
+
+        assert 1 == page.count('<article class="incident')
+        assert "800,000 detections" in page
+        assert 'job <b class="field-job">4471203</b>' in page
+
     def test_the_node_faults_follow_the_open_incidents(self, tmp_path) -> None:  # noqa: ANN001
         """The node's faults (sigwatch.web.faults) have their place: after the incident cards
         (the phone's first screen stays the worst incident), before every detection."""
@@ -272,6 +284,20 @@ class TestDetectionPage:
         assert all(f"<li>{step}</li>" in page.replace("&#x27;", "'").replace("&quot;", '"')
                    for step in d.remediation.steps[:1])
         assert "Earlier detections of cuda_device_side_assert" in page
+
+    def test_job_owner_and_the_incident_a_repeat_belongs_to_are_shown(self, serve) -> None:
+        first = dataclasses.replace(make_detection(0), owner="node", jobs=("4471203",))
+        repeat = dataclasses.replace(first, offset=9000, incident=first.event_id,
+                                     occurrence=42)
+        store = DetectionStore(None)
+        store.add(first)
+        store.add(repeat)
+
+        page = serve(store=store).get(f"/detections/{repeat.event_id}").text
+
+        assert "<dt>Job</dt><dd>4471203</dd>" in page
+        assert "<dt>Owner</dt><dd>node</dd>" in page
+        assert f'42 of the incident opened by <a href="/detections/{first.event_id}">' in page
 
     def test_a_line_less_detection_shows_what_it_is_about(self, serve) -> None:
         """A stall has no line: its about text and measured facts are shown instead."""

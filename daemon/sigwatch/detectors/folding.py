@@ -143,6 +143,12 @@ class Folder:
                  for inc in self._open.values()]
         return min(times) if times else None
 
+    def is_open(self, key: tuple[str, str, str], t: float) -> bool:
+        """Whether an occurrence of ``key`` at (line) time ``t`` would fold into an open
+        incident (then nothing needs its context lines)."""
+        inc = self._open.get(key)
+        return inc is not None and t - inc.last_time <= self.quiet
+
     def open_count(self, d: Detection) -> int:
         """Occurrences so far of the incident ``d`` belongs to (0: none open)."""
         inc = self._open.get(self.key(d))

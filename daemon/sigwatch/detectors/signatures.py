@@ -51,13 +51,18 @@ class SignatureDetector:
 
     def __init__(self, patterns: PatternSet, *, clock: Clock, host: str = "",
                  regex_timeout: float = 0.05, lineno_of: Callable[[int], int] | None = None,
-                 hold_seconds: float = HOLD_SECONDS) -> None:
+                 hold_seconds: float = HOLD_SECONDS,
+                 folded: Callable[[str, LineEvent], bool] | None = None) -> None:
+        """``folded(signature, event)``: True when a detection of ``signature`` on this line
+        would only repeat an open incident: its context lines are then not gathered (a repeat
+        is recorded without them; 800,000 repeats would otherwise each read their context)."""
         self.patterns = patterns
         self.clock = clock
         self.host = host
         self.regex_timeout = regex_timeout
         self.hold_seconds = hold_seconds
         self._lineno_of = lineno_of or (lambda _h: 0)
+        self.folded = folded or (lambda _sig, _event: False)
         self._trackers: dict[int, SequenceTracker] = {}
         self._events: dict[int, dict[tuple[str, str | None], _Event]] = {}
         self._streams: dict[int, StreamContext] = {}
@@ -95,7 +100,8 @@ class SignatureDetector:
         context_of: dict[str, tuple[str, ...]] = {}
         for match in event.matches:
             sig = patterns.get(match.signature)
-            if match.step == 0 and sig is not None and sig.context_before:
+            if (match.step == 0 and sig is not None and sig.context_before
+                    and not self.folded(sig.id, event)):
                 context_of[sig.id] = self._context(sig, event)
         now = self.clock.monotonic()
         fired = tracker.feed(patterns, list(event.matches), context_of, now)
