@@ -12,8 +12,9 @@ The root faults (``KINDS``), and what a correct verdict says (``Expected``):
 
 - ``xid79``: a GPU of node N falls off the bus (kernel log); the ranks of N hang or fail on
   CUDA, every other rank times out in the next collective, torchrun reports ChildFailedError
-  on every node. Culprit: node N, ``owner="node"``. The kernel lines may be written late,
-  after the others' timeouts (``late``), with their own (earlier) time.
+  on every node. Culprit: node N, ``owner="node"``. The kernel lines may be written late
+  (``late`` seconds after the job's first other error line: after the node's CUDA errors or the
+  others' timeouts), with their own, earlier, time.
 - ``laggard``: no hardware fault; one rank stops entering collectives, the others time out
   waiting for it. From PyTorch 2.3 the stuck rank prints its own figures on the others' dump
   signal (last enqueued one below theirs). Culprit: that rank and its node, ``owner="unknown"``.
@@ -441,21 +442,9 @@ def _collateral(b: _Builder, at: float, seq: int, timeout_s: float, *,
 
 
 def _xid79(b: _Builder, node: str, at: float, late: float, timeout_s: float, seq: int) -> None:
-    bus = b.rng.choice(["0000:1b:00", "0000:43:00", "0000:52:00", "0000:9d:00", "0000:c3:00"])
-    written = at + timeout_s + late if late else None
-    b.kernel(node, at, f"NVRM: GPU at PCI:{bus}: GPU-{b.rng.getrandbits(32):08x}-7a1c-4d2e-9f3b-"
-             f"{b.rng.getrandbits(48):012x}", written=written)
-    b.kernel(node, at, "NVRM: GPU Board Serial Number: 1652823054321", written=written)
-    b.kernel(node, at + 0.0001, f"NVRM: Xid (PCI:{bus}): 79, pid=0, GPU has fallen off the bus.",
-             written=None if written is None else written + 0.0001, fault=True)
-    b.kernel(node, at + 0.0002, f"NVRM: GPU {bus}.0: GPU has fallen off the bus.",
-             written=None if written is None else written + 0.0002, fault=True)
-    for i, text in enumerate((
-            f"NVRM: GPU {bus}.0: A GPU crash dump has been created. If possible, please run",
-            "NVRM: nvidia-bug-report.sh as root to collect this data before",
-            "NVRM: the NVIDIA kernel module is unloaded.")):
-        b.kernel(node, at + 0.05 + i * 1e-4, text,
-                 written=None if written is None else written + 0.05 + i * 1e-4)
+    """A GPU of ``node`` falls off the bus at ``at``. With ``late``, the kernel lines reach their
+    file that many seconds after the job's first other error line (a node's ranks failing on
+    CUDA, or the others' timeouts), stamped with their own, earlier, time."""
     # The node's own ranks: some fail on CUDA at once, the others hang with their GPU peers.
     failed: dict[int, int] = {}
     for rank in b.layout.ranks_of(node):
@@ -473,6 +462,22 @@ def _xid79(b: _Builder, node: str, at: float, late: float, timeout_s: float, seq
         _torchrun_failure(b, node, at + timeout_s + 2.0,
                           dict.fromkeys(b.layout.ranks_of(node), -15) |
                           {b.layout.ranks_of(node)[0]: -9})
+    first_other = min(x.written for x in b.lines if x.fault and x.happened >= at)
+    written = first_other + late if late else None
+    bus = b.rng.choice(["0000:1b:00", "0000:43:00", "0000:52:00", "0000:9d:00", "0000:c3:00"])
+    kernel = (
+        f"NVRM: GPU at PCI:{bus}: GPU-{b.rng.getrandbits(32):08x}-7a1c-4d2e-9f3b-"
+        f"{b.rng.getrandbits(48):012x}",
+        "NVRM: GPU Board Serial Number: 1652823054321",
+        f"NVRM: Xid (PCI:{bus}): 79, pid=0, GPU has fallen off the bus.",
+        f"NVRM: GPU {bus}.0: GPU has fallen off the bus.",
+        f"NVRM: GPU {bus}.0: A GPU crash dump has been created. If possible, please run",
+        "NVRM: nvidia-bug-report.sh as root to collect this data before",
+        "NVRM: the NVIDIA kernel module is unloaded.")
+    for i, text in enumerate(kernel):
+        offset = i * 1e-4
+        b.kernel(node, at + offset, text, written=None if written is None else written + offset,
+                 fault="fallen off the bus" in text)
 
 
 def _laggard(b: _Builder, rank: int, at: float, timeout_s: float, seq: int) -> None:
@@ -570,8 +575,8 @@ def generate(kind: str, layout: Layout, rng: random.Random, *, start: float,
 
     ``culprit``: the index of the culprit node (xid79, ib_port, straggler) or the culprit
     rank (laggard, user_one). ``timeout``: seconds from the fault to the others' watchdog
-    timeouts. ``late``: the xid79 kernel lines are written that many seconds after the first
-    timeouts. ``skew``: each node's clock offset (default: random within +-2 s).
+    timeouts. ``late``: the xid79 kernel lines are written that many seconds after the job's
+    first other error line. ``skew``: each node's clock offset (default: random within +-2 s).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown cascade kind {kind!r}")
