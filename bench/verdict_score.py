@@ -40,41 +40,11 @@ sys.path.insert(0, str(REPO / "daemon"))
 sys.path.insert(0, str(REPO / "tests"))
 
 import structlog  # noqa: E402
-from support.cascades import KINDS, Cascade, random_cascade  # noqa: E402
-from support.verdict_sim import Fired, Run, SimFleet, evaluate  # noqa: E402
+from support.cascades import KINDS, random_cascade  # noqa: E402
+from support.verdict_sim import Run, SimFleet, evaluate, judge  # noqa: E402
 
 NODES = tuple(f"gpu-node-{i:02d}" for i in range(16))
 GAP = 900.0  # simulated seconds between cascades: longer than any collateral window (600 s)
-
-
-def judge(cascade: Cascade, fired: list[Fired]) -> tuple[bool, str, float | None]:
-    """(right?, what was said, seconds from the first fault line to the verdict)."""
-    job = cascade.layout.job
-    incidents = [f for f in fired if f.labels.get("alertname") == "SigwatchJobIncident"
-                 and f.labels.get("job") == job]
-    stragglers = [f for f in fired if f.labels.get("alertname") == "SigwatchJobStraggler"
-                  and f.labels.get("job") == job]
-    exp = cascade.expected
-    if not exp.fails:
-        said = ",".join(sorted(f.labels.get("node", "") for f in stragglers)) or "-"
-        right = not incidents and [exp.straggler] == [f.labels.get("node") for f in stragglers]
-        return right, f"straggler {said}" + (" +incident" if incidents else ""), None
-    if not incidents:
-        return False, "no verdict", None
-    incidents.sort(key=lambda f: f.first)
-    said = " -> ".join(
-        f"{f.labels.get('owner')} {f.labels.get('culprit_node', '-')}"
-        f"/{f.labels.get('culprit_rank', '-')} {f.labels.get('signature')}"
-        f" [{f.labels.get('basis')}]" for f in incidents)
-    *earlier, final = incidents
-    labels = final.labels
-    right = (labels.get("owner") == exp.owner
-             and labels.get("culprit_node", "") == exp.culprit_node
-             and labels.get("culprit_rank", "") in exp.culprit_ranks
-             and (not exp.signatures or labels.get("signature") in exp.signatures)
-             # a refinement may only add a culprit: an earlier verdict named none, or the same
-             and all(f.labels.get("culprit_node", "") in ("", exp.culprit_node) for f in earlier))
-    return right, said, incidents[0].first - cascade.first_fault_written
 
 
 def main() -> int:

@@ -35,7 +35,7 @@ from sigwatch.clock import FakeClock
 from sigwatch.config import Config, SourceConfig
 from support.cascades import JOB_LOGS, KERNEL_FILE, Cascade, CascadeWriter
 
-__all__ = ["SCRAPE_SECONDS", "Fired", "Run", "SimFleet", "evaluate", "promtool_group"]
+__all__ = ["SCRAPE_SECONDS", "Fired", "Run", "SimFleet", "evaluate", "judge", "promtool_group"]
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules" / "sigwatch.rules.yml"
@@ -278,3 +278,41 @@ def evaluate(runs: Iterable[tuple[str, Run]], workdir: Path,
                 seen[name][key] = min(first, float(value) + origins[name])
     return {name: [Fired(dict(k), v) for k, v in found.items()]
             for name, found in seen.items()}
+
+
+# -- judging -------------------------------------------------------------------------------------
+
+
+def judge(cascade: Cascade, fired: list[Fired]) -> tuple[bool, str, float | None]:
+    """(right?, what was said, seconds from the first fault line to the first verdict).
+
+    Right: the job's last verdict names the expected owner, node and rank (and signature,
+    where one is expected), and any earlier one (a verdict refined after it fired) named no
+    other node; for a straggler, exactly its node was warned and no verdict fired.
+    """
+    job = cascade.layout.job
+    incidents = [f for f in fired if f.labels.get("alertname") == "SigwatchJobIncident"
+                 and f.labels.get("job") == job]
+    stragglers = [f for f in fired if f.labels.get("alertname") == "SigwatchJobStraggler"
+                  and f.labels.get("job") == job]
+    exp = cascade.expected
+    if not exp.fails:
+        said = ",".join(sorted(f.labels.get("node", "") for f in stragglers)) or "-"
+        right = not incidents and [exp.straggler] == [f.labels.get("node") for f in stragglers]
+        return right, f"straggler {said}" + (" +incident" if incidents else ""), None
+    if not incidents:
+        return False, "no verdict", None
+    incidents.sort(key=lambda f: f.first)
+    said = " -> ".join(
+        f"{f.labels.get('owner')} {f.labels.get('culprit_node', '-')}"
+        f"/{f.labels.get('culprit_rank', '-')} {f.labels.get('signature')}"
+        f" [{f.labels.get('basis')}]" for f in incidents)
+    *earlier, final = incidents
+    labels = final.labels
+    right = (labels.get("owner") == exp.owner
+             and labels.get("culprit_node", "") == exp.culprit_node
+             and labels.get("culprit_rank", "") in exp.culprit_ranks
+             and (not exp.signatures or labels.get("signature") in exp.signatures)
+             # a refinement may only add a culprit: an earlier verdict named none, or the same
+             and all(f.labels.get("culprit_node", "") in ("", exp.culprit_node) for f in earlier))
+    return right, said, incidents[0].first - cascade.first_fault_written
