@@ -125,7 +125,8 @@ def child(mode: str, repeats: int, workdir: Path) -> dict[str, object]:
         "first_fault_gauge": registry.get_sample_value(
             "sigwatch_job_fault_first_seconds",
             {"node": "gpu-node-7", "job": "4471203", "rank": "",
-             "signature": "nvidia_xid_79_fallen_off_bus", "owner": "node"}) is not None,
+             "signature": "nvidia_xid_79_fallen_off_bus", "owner": "node",
+             "severity": "critical"}) is not None,
     }
 
 

@@ -221,7 +221,8 @@ class Detection:
         """
         stamp = datetime.fromtimestamp(self.time, tz=UTC).isoformat(timespec="milliseconds")
         return {"event_id": self.event_id, "time": stamp.replace("+00:00", "Z"),
-               "signature": self.signature, "stream": self.stream_key, "line": self.line,
+               "signature": self.signature, "path": self.path, "stream": self.stream_key,
+               "line": self.line,
                "offset": self.offset, "rank": self.rank, "text": self.text,
                "captures": dict(self.captures), "incident": self.incident,
                "occurrence": self.occurrence}

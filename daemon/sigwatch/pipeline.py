@@ -626,11 +626,11 @@ class Pipeline:
                  detections: Iterable[Detection]) -> list[Detection]:
         out: list[Detection] = []
         for found in detections:
-            d = self.correlator.refine(found)
+            # Its job first: fallout is only explained by a cause in its own job.
+            d = self.correlator.refine(self._attribute(stream, found))
             if (stream is not None and d.offset is not None and d.offset < stream.replay_below
                     and d.offset not in stream.pending):
                 continue  # delivered before a crash; the replay only rebuilds state
-            d = self._attribute(stream, d)
             first = True
             if self.folder is not None:
                 folded = self.folder.fold(d, self.clock.time())

@@ -232,6 +232,9 @@ class TestExecSignals:
             assert b"ready\n" == _read_line(proc.stdout.fileno())
 
             proc.send_signal(signum)
+            # Wait with stdin still open: closing it (communicate) would let the child's
+            # read end at EOF and exit 0 before the forwarded signal arrives, on a busy machine.
+            proc.wait(timeout=60)
             proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:

@@ -66,6 +66,20 @@ keywords = ["ZeroDivisionError"]
 summary = "Fix the training code."
 """
 
+CHILD_FAILED = """
+id = "test_child_failed"
+title = "Worker Exited With Code 1"
+severity = "error"
+owner = "unknown"
+[match]
+regex = 'ChildFailedError'
+keywords = ["ChildFailedError"]
+[collateral]
+caused_by = ["test_user_exception"]
+within_seconds = 300
+severity = "warning"
+"""
+
 RANK_LOGS = r"/training/(?P<job>[^/]+)/rank(?P<rank>\d+)\.log$"
 
 
@@ -78,7 +92,8 @@ def write_signatures(root: Path) -> Path:
     folder = root / "patterns"
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in (("test_xid_79", KERNEL_XID), ("test_nccl_timeout", NCCL_TIMEOUT),
-                       ("test_user_exception", USER_EXCEPTION)):
+                       ("test_user_exception", USER_EXCEPTION),
+                       ("test_child_failed", CHILD_FAILED)):
         (folder / f"{name}.toml").write_text(text, encoding="utf-8")
     return folder
 

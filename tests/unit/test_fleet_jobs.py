@@ -58,7 +58,7 @@ class TestKernelFaultsBelongToTheActiveJobs:
         for job in ("job-a", "job-b"):
             assert 1_700_000_100.0 == node.gauge(
                 "sigwatch_job_fault_first_seconds", job=job, rank="", signature="test_xid_79",
-                owner="node")
+                owner="node", severity="critical")
 
     def test_a_job_whose_streams_closed_before_the_fault_does_not_get_it(
             self, node: FleetNode) -> None:
@@ -95,7 +95,7 @@ class TestFirstFaults:
 
         assert 1_699_999_999.0 < node.gauge(
             "sigwatch_job_fault_first_seconds", job="job-a", rank="3",
-            signature="test_user_exception", owner="user") < 1_700_000_001.0
+            signature="test_user_exception", owner="user", severity="error") < 1_700_000_001.0
         assert "2023-11-14T22:13:20Z ZeroDivisionError: division by zero" == info["line"]
         assert "Fix the training code." == info["fix"]
 
@@ -108,6 +108,34 @@ class TestFirstFaults:
 
         assert 200 == len(info["line"])
         assert not any(ord(c) < 32 for c in info["line"])
+
+
+class TestFalloutWithinItsJob:
+    def test_a_cause_in_another_job_does_not_make_a_failure_collateral(
+            self, node: FleetNode) -> None:
+        """Two jobs on one node: job B's failure is its own, not fallout of job A's."""
+        a = node.open("/training/job-a/rank0.log")
+        b = node.open("/training/job-b/rank0.log")
+        node.write(a, "ZeroDivisionError: in job a")
+
+        [b_failed] = node.write(b, "torch.distributed.elastic...ChildFailedError: rank 0")
+        [a_failed] = node.write(a, "torch.distributed.elastic...ChildFailedError: rank 0")
+
+        assert (None, "error") == (b_failed.root_cause, b_failed.severity.label)
+        assert a_failed.root_cause is not None
+        assert "warning" == a_failed.severity.label
+
+    def test_the_first_fault_gauge_carries_the_severity_as_delivered(
+            self, node: FleetNode) -> None:
+        """Collateral lowered to a warning is labelled a warning: rules that start a job's
+        incident on its first error do not start it on fallout."""
+        a = node.open("/training/job-a/rank0.log")
+        node.write(a, "ZeroDivisionError: boom", "ChildFailedError: rank 0")
+
+        severities = {s["signature"]: s["severity"]
+                      for s in node.series("sigwatch_job_fault_first_seconds")}
+
+        assert {"test_user_exception": "error", "test_child_failed": "warning"} == severities
 
 
 class TestRankFacts:

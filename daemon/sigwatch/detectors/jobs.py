@@ -55,6 +55,7 @@ class _Fault:
     owner: str
     line: str
     fix: str
+    severity: str = "error"  # as delivered (after a collateral signature lowered it)
 
 
 @dataclass(slots=True)
@@ -200,7 +201,7 @@ class JobBook:
                     continue
                 known.faults[d.signature] = _Fault(
                     when, d.rank or "", d.owner, clean_label_text(d.text or d.about),
-                    clean_label_text(d.remediation.summary))
+                    clean_label_text(d.remediation.summary), d.severity.label)
 
     def _rank(self, job: str, rank: str, now: float) -> _Rank | None:
         known = self._jobs.get(job) or self._activate(job, now)
@@ -279,9 +280,10 @@ class JobBook:
         for job, j in self._jobs.items():
             yield "sigwatch_job_active", (job,), 1.0
             for sig, f in j.faults.items():
-                yield "sigwatch_job_fault_first_seconds", (job, f.rank, sig, f.owner), f.time
+                yield ("sigwatch_job_fault_first_seconds", (job, f.rank, sig, f.owner, f.severity),
+                       f.time)
                 yield ("sigwatch_job_fault_info",
-                       (job, f.rank, sig, f.owner, f.line, f.fix), 1.0)
+                       (job, f.rank, sig, f.owner, f.severity, f.line, f.fix), 1.0)
             for rank, r in j.ranks.items():
                 if r.step is not None:
                     yield "sigwatch_job_rank_step", (job, rank), float(r.step)
@@ -303,7 +305,7 @@ class JobBook:
         with self._lock:
             return {job: {
                 "last_line": j.last_line,
-                "faults": {s: [f.time, f.rank, f.owner, f.line, f.fix]
+                "faults": {s: [f.time, f.rank, f.owner, f.line, f.fix, f.severity]
                            for s, f in j.faults.items()},
                 "ranks": {rank: {"step": r.step, "step_seconds": r.step_seconds,
                                  "progress_at": r.progress_at,
@@ -331,7 +333,8 @@ class JobBook:
 def _restore_job(raw: dict[str, Any]) -> _Job:
     j = _Job(float(raw["last_line"]))
     for sig, f in dict(raw.get("faults") or {}).items():
-        j.faults[str(sig)] = _Fault(float(f[0]), str(f[1]), str(f[2]), str(f[3]), str(f[4]))
+        j.faults[str(sig)] = _Fault(float(f[0]), str(f[1]), str(f[2]), str(f[3]), str(f[4]),
+                                    str(f[5]) if len(f) > 5 else "error")
     for rank, r in dict(raw.get("ranks") or {}).items():
         kept = _Rank(None if r.get("step") is None else int(r["step"]),
                      None if r.get("step_seconds") is None else float(r["step_seconds"]),

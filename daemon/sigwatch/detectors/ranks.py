@@ -48,9 +48,11 @@ from sigwatch.model import Detection
 
 __all__ = ["RankFactsDetector", "WatchdogReport", "parse_watchdog"]
 
-INTEREST = re.compile(
-    rb"WorkNCCL\(|(?:Timeout at|detected by watchdog at) (?:\w+ )?work: -?\d"
-    rb"|[Ll]ast enqueued (?:\w+ )?work: -?\d")
+# Few branches, each starting with a literal: the pipeline joins every detector's interests
+# into one alternation over the chunk. Every wording with figures says "<backend> work: <n>"
+# ("Timeout at NCCL work: 7", "last enqueued NCCL work: 8") or "watchdog at work: <n>", the
+# others name a WorkNCCL; ``parse_watchdog`` then tells the lines apart.
+INTEREST = re.compile(rb"WorkNCCL\(|CCL work: -?\d|dog at work: -?\d")
 
 _PREFIX = re.compile(
     r"\[(?:PG (?:ID )?(?P<pg>\d+)(?: PG GUID [^\s\]]+)?(?: \([^)\]]*\))? )?Rank (?P<rank>\d+)\]")

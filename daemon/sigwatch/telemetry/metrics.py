@@ -377,11 +377,11 @@ JOB_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "sigwatch_job_fault_first_seconds": (
         ("Unix time of the first detection (severity >= warning) of a signature in the job on "
         "this node: the line's own time when it has one."),
-        ("job", "rank", "signature", "owner")),
+        ("job", "rank", "signature", "owner", "severity")),
     "sigwatch_job_fault_info": (
         ("1 per first fault of a signature in the job: its line and the signature's fix "
         "(control characters removed, each cut to 200 characters; dropped with the job)."),
-        ("job", "rank", "signature", "owner", "line", "fix")),
+        ("job", "rank", "signature", "owner", "severity", "line", "fix")),
     "sigwatch_job_rank_collective_seq": (
         ("The NCCL watchdog's sequence numbers for a rank and process group: timed_out (the "
         "work it reported failed or timed out), last_enqueued, last_completed."),

@@ -106,6 +106,9 @@ class DetectionStore:
         self._io_lock = threading.Lock()
         self._items: OrderedDict[str, StoredDetection] = OrderedDict()
         self._evicted: OrderedDict[str, None] = OrderedDict()
+        # A folded incident's latest count update (incident id -> its event id): only that one
+        # is kept, so a flood that lasts days takes two places in the ring, not thousands.
+        self._updates: dict[str, str] = {}
         self._next_seq = 1
         self._file: IO[str] | None = None
         self._lines_in_file = 0
@@ -126,17 +129,38 @@ class DetectionStore:
             if event_id in self._items or event_id in self._evicted:
                 self.duplicates += 1
                 return False
+            if detection.incident and not self._newer_update(detection):
+                self.duplicates += 1  # an older count than the one held (sent again)
+                return False
             seq = self._next_seq
             self._next_seq += 1
             self._items[event_id] = StoredDetection(seq, detection)
             while len(self._items) > self.capacity:
-                old, _ = self._items.popitem(last=False)
-                self._evicted[old] = None
-                if len(self._evicted) > self.capacity:
-                    self._evicted.popitem(last=False)
+                old, gone = self._items.popitem(last=False)
+                self._forget(old, gone)
         if self.path is not None:
             self._append(_record(seq, detection))
         return True
+
+    def _newer_update(self, d: Detection) -> bool:
+        """Make ``d`` its incident's held count update unless the one held is newer."""
+        held_id = self._updates.get(d.incident)
+        held = self._items.get(held_id) if held_id is not None else None
+        if held is not None:
+            if held.detection.occurrence > d.occurrence:
+                return False
+            del self._items[held.event_id]
+            self._forget(held.event_id, held)
+        self._updates[d.incident] = d.event_id
+        return True
+
+    def _forget(self, event_id: str, item: StoredDetection) -> None:
+        self._evicted[event_id] = None
+        if len(self._evicted) > self.capacity:
+            self._evicted.popitem(last=False)
+        incident = item.detection.incident
+        if incident and self._updates.get(incident) == event_id:
+            del self._updates[incident]
 
     def flush(self) -> None:
         """Make every added detection durable (fsync); cheap when nothing was added."""
@@ -258,10 +282,21 @@ class DetectionStore:
             pass
         except OSError as exc:
             log.error("status_store_unreadable", path=str(path), error=exc.strerror)
-        ordered = sorted(records.values(), key=lambda s: s.seq)[-self.capacity:]
+        latest: dict[str, StoredDetection] = {}
+        for rec in records.values():  # one count update per incident: the highest
+            incident = rec.detection.incident
+            if incident and (incident not in latest
+                             or rec.detection.occurrence > latest[incident].detection.occurrence):
+                latest[incident] = rec
+        kept = [r for r in records.values()
+                if not r.detection.incident or latest[r.detection.incident] is r]
+        ordered = sorted(kept, key=lambda s: s.seq)[-self.capacity:]
         for s in ordered:
             self._items[s.event_id] = s
-        self._next_seq = (ordered[-1].seq + 1) if ordered else 1
+            if s.detection.incident:
+                self._updates[s.detection.incident] = s.event_id
+        next_seq = max((r.seq for r in records.values()), default=0)
+        self._next_seq = next_seq + 1
         if self.skipped:
             log.warning("status_store_records_skipped", path=str(path), count=self.skipped)
         with self._io_lock:
