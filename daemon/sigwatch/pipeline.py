@@ -37,7 +37,7 @@ from sigwatch.detectors.signatures import HOLD_SECONDS, SignatureDetector
 from sigwatch.engine.matcher import DEFAULT_REGEX_TIMEOUT, Matcher
 from sigwatch.framing.lines import Segment
 from sigwatch.framing.normalize import normalize, normalize_line
-from sigwatch.model import Detection, LogLine, Match, StreamInfo
+from sigwatch.model import Detection, LogLine, Match, StreamInfo, cap_detection
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.kinds import allowed_signatures, content_of
 from sigwatch.sinks.base import Sink
@@ -627,7 +627,7 @@ class Pipeline:
         out: list[Detection] = []
         for found in detections:
             # Its job first: fallout is only explained by a cause in its own job.
-            d = self.correlator.refine(self._attribute(stream, found))
+            d = self.correlator.refine(self._attribute(stream, self._capped(found)))
             if (stream is not None and d.offset is not None and d.offset < stream.replay_below
                     and d.offset not in stream.pending):
                 continue  # delivered before a crash; the replay only rebuilds state
@@ -674,6 +674,15 @@ class Pipeline:
             if active:
                 return dataclasses.replace(d, jobs=active)
         return d
+
+    def _capped(self, detection: Detection) -> Detection:
+        """The detection within ``DetectionCaps`` (memory is not the log writer's to take);
+        the bytes cut are counted."""
+        capped, cut = cap_detection(detection)
+        if cut and self.metrics is not None:
+            for name, count in cut.items():
+                self.metrics.detection_bytes_cut.labels(name).inc(count)
+        return capped
 
     def _sink_failed(self, sink: Sink, exc: BaseException) -> None:
         if self.metrics is not None:
