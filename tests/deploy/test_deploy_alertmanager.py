@@ -1,10 +1,12 @@
 """The example Alertmanager configuration: amtool accepts it, routes sigwatch's alerts by
 severity and nobody else's, the real Alertmanager inhibits a node's job-level errors under a
-node-level critical, and the notification template shows the fix."""
+node-level critical and a failing job's collateral under its verdict, and the notification
+template shows the fix."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
+RULES = REPO / "deploy" / "prometheus" / "rules" / "sigwatch.rules.yml"
 TEMPLATE = REPO / "deploy" / "alertmanager" / "templates" / "sigwatch.tmpl"
 
 
@@ -36,7 +39,7 @@ def test_amtool_accepts_the_example_config_and_its_template() -> None:
     result = amtool("check-config", str(CONFIG))
     assert 0 == result.returncode, result.stdout + result.stderr
     assert "1 templates" in result.stdout
-    assert "2 inhibit rules" in result.stdout
+    assert "3 inhibit rules" in result.stdout
 
 
 def routed_to(*labels: str) -> str:
@@ -85,6 +88,55 @@ def test_every_sigwatch_receiver_is_reached_only_under_the_alertname_route() -> 
     assert not route["receiver"].startswith("sigwatch")
     assert [] == [r["receiver"] for r in outside if r["receiver"].startswith("sigwatch")]
     assert all(r["receiver"].startswith("sigwatch-") for r in scoped["routes"])
+
+
+@pytest.mark.parametrize(("owner", "severity"), [("node", "critical"), ("fabric", "critical"),
+                                               ("user", "error"), ("unknown", "error")])
+def test_a_failing_jobs_verdict_pages_whoever_owns_it(owner: str, severity: str) -> None:
+    result = amtool("config", "routes", "test", f"--config.file={CONFIG}",
+                    "--verify.receivers=sigwatch-pager", "alertname=SigwatchJobIncident",
+                    f"severity={severity}", f"owner={owner}", "job=train-a",
+                    "signature=nvidia_xid_79_fallen_off_bus")
+    assert 0 == result.returncode, result.stdout + result.stderr
+
+
+def test_a_straggler_makes_a_ticket_not_a_page() -> None:
+    result = amtool("config", "routes", "test", f"--config.file={CONFIG}",
+                    "--verify.receivers=sigwatch-tickets", "alertname=SigwatchJobStraggler",
+                    "severity=warning", "job=train-a", "node=gpu-node-3")
+    assert 0 == result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("severity", "receiver"), [
+    ("critical", "sigwatch-pager"), ("error", "sigwatch-pager"),
+    ("warning", "sigwatch-tickets"), ("info", "sigwatch-blackhole")])
+def test_a_daemons_page_in_a_job_still_goes_by_severity(severity: str, receiver: str) -> None:
+    result = amtool("config", "routes", "test", f"--config.file={CONFIG}",
+                    f"--verify.receivers={receiver}", "alertname=SigwatchDetection",
+                    f"severity={severity}", "job=train-a", "node=gpu-node-0",
+                    "signature=nccl_watchdog_timeout")
+    assert 0 == result.returncode, result.stdout + result.stderr
+
+
+def _seconds(duration: str) -> float:
+    value, unit = re.fullmatch(r"(\d+)([smh])", duration).groups()  # type: ignore[union-attr]
+    return float(value) * {"s": 1, "m": 60, "h": 3600}[unit]
+
+
+def test_a_daemons_page_in_a_job_waits_for_the_jobs_verdict() -> None:
+    """The daemons page at once; the job's verdict fires 20 s after the job's first error, then
+    a scrape (5 s) and an evaluation (5 s) later reaches Alertmanager. The job's direct pages
+    are held longer than that, with room to spare, so the verdict inhibits them first."""
+    route = yaml.safe_load(CONFIG.read_text())["route"]
+    [scoped] = [r for r in route["routes"] if 'alertname=~"Sigwatch.*"' in r["matchers"]]
+    [held] = [r for r in scoped["routes"] if 'job=~".+"' in r["matchers"]]
+    [verdict] = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
+                 if r.get("alert") == "SigwatchJobIncident"]
+    settle = float(re.search(r"first_error_seconds >= (\d+)", verdict["expr"]).group(1))  # type: ignore[union-attr]
+
+    assert 'alertname="SigwatchDetection"' in held["matchers"]
+    assert _seconds(held["group_wait"]) >= 2 * (settle + 5 + 5)
+    assert all("group_wait" not in r for r in held["routes"])  # no severity shortens it
 
 
 def _alert(alertname: str, severity: str, node: str, signature: str) -> dict[str, Any]:
@@ -158,6 +210,89 @@ def test_the_daemons_own_page_makes_the_prometheus_rules_duplicate_redundant(
     assert {("SigwatchDetection", "gpu-node-7"): "active",
             ("SigwatchSignatureSeen", "gpu-node-7"): "suppressed",
             ("SigwatchSignatureSeen", "gpu-node-8"): "active"} == got
+
+
+def _job_alert(alertname: str, severity: str, job: str, **labels: str) -> dict[str, Any]:
+    return {"labels": {"alertname": alertname, "severity": severity, "job": job, **labels},
+            "annotations": {"summary": f"{alertname} of {job}"}}
+
+
+def test_a_failing_jobs_verdict_inhibits_its_collateral_and_nothing_else(
+        example_am: Alertmanager) -> None:
+    alerts = [
+        _job_alert("SigwatchJobIncident", "critical", "train-a", culprit_node="gpu-node-3",
+                   signature="nvidia_xid_79_fallen_off_bus", owner="node", basis="fault"),
+        # train-a's collateral on other nodes, and the culprit's own page:
+        _job_alert("SigwatchDetection", "error", "train-a", node="gpu-node-0", rank="2",
+                   signature="nccl_watchdog_timeout", owner="unknown", source="training"),
+        _job_alert("SigwatchDetection", "error", "train-a", node="gpu-node-5",
+                   signature="torchelastic_worker_sigabrt", owner="unknown", source="training"),
+        _job_alert("SigwatchDetection", "critical", "train-a", node="gpu-node-3",
+                   signature="nvidia_xid_79_fallen_off_bus", owner="node", source="kernel"),
+        _job_alert("SigwatchJobStraggler", "warning", "train-a", node="gpu-node-6"),
+        # another job, and alerts of no job (Prometheus gives them the scrape job):
+        _job_alert("SigwatchDetection", "error", "train-b", node="gpu-node-9",
+                   signature="nccl_watchdog_timeout", owner="unknown", source="training"),
+        _job_alert("SigwatchSignatureSeen", "error", "sigwatch", node="gpu-node-7",
+                   signature="nccl_watchdog_timeout", source="training"),
+        _job_alert("SigwatchDown", "critical", "sigwatch", node="gpu-node-3"),
+    ]
+    assert 200 == post_json(example_am.url + "/api/v2/alerts", alerts)
+
+    def key(a: dict[str, Any]) -> tuple[str, str, str]:
+        labels = a["labels"]
+        return (labels["alertname"], labels["job"], labels.get("node", ""))
+
+    expected = {("SigwatchJobIncident", "train-a", ""): "active",
+                ("SigwatchDetection", "train-a", "gpu-node-0"): "suppressed",
+                ("SigwatchDetection", "train-a", "gpu-node-5"): "suppressed",
+                ("SigwatchDetection", "train-a", "gpu-node-3"): "suppressed",
+                ("SigwatchJobStraggler", "train-a", "gpu-node-6"): "suppressed",
+                ("SigwatchDetection", "train-b", "gpu-node-9"): "active",
+                ("SigwatchSignatureSeen", "sigwatch", "gpu-node-7"): "active",
+                ("SigwatchDown", "sigwatch", "gpu-node-3"): "active"}
+    seen: list[dict[tuple[str, str, str], str]] = []
+
+    def settled() -> bool:
+        seen.append({key(a): a["status"]["state"] for a in example_am.alerts()})
+        return seen[-1] == expected
+
+    try:
+        wait_for(settled, 15, "alertmanager to apply the job's inhibition")
+    finally:
+        assert expected == seen[-1]
+
+
+def test_the_notification_template_names_a_failing_jobs_culprit_and_fix(tmp_path: Path) -> None:
+    alert = {"status": "firing", "fingerprint": "0",
+             "labels": {"alertname": "SigwatchJobIncident", "job": "train-a",
+                        "culprit_node": "gpu-node-3", "culprit_rank": "13", "owner": "node",
+                        "basis": "fault", "severity": "critical",
+                        "signature": "nvidia_xid_79_fallen_off_bus"},
+             "annotations": {
+                 "summary": "Job train-a failed because of gpu-node-3 (rank 13):"
+                            " nvidia_xid_79_fallen_off_bus (node)",
+                 "line": "gpu-node-3: NVRM: Xid (PCI:0000:2b:00): 79, pid=0, GPU has fallen off"
+                         " the bus.",
+                 "remediation": "Drain the node; reboot it."}}
+    data = {"receiver": "sigwatch-pager", "status": "firing", "alerts": [alert],
+            "groupLabels": {"alertname": "SigwatchJobIncident", "job": "train-a"},
+            "commonLabels": alert["labels"], "commonAnnotations": alert["annotations"],
+            "externalURL": "http://am:9093"}
+    (tmp_path / "data.json").write_text(json.dumps(data))
+
+    result = amtool("template", "render", f"--template.glob={TEMPLATE}",
+                    f"--template.data={tmp_path / 'data.json'}",
+                    '--template.text={{ template "sigwatch.title" . }}\n'
+                    '{{ template "sigwatch.text" . }}')
+
+    assert 0 == result.returncode, result.stderr
+    text = result.stdout
+    assert text.startswith("[FIRING:1] job train-a failed: nvidia_xid_79_fallen_off_bus on"
+                           " gpu-node-3 rank 13\n"), text
+    assert "Job: train-a   Culprit: gpu-node-3 rank 13   Owner: node" in text
+    assert "Line:\n  gpu-node-3: NVRM: Xid (PCI:0000:2b:00): 79" in text
+    assert "Fix:\nDrain the node; reboot it." in text
 
 
 def test_the_notification_template_shows_the_line_and_the_fix(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def substituted(expr: str, **macros: str) -> str:
     """What Grafana sends: macros become durations, variables match anything."""
     for macro, value in {**MACROS, **{f"$__{k}": v for k, v in macros.items()}}.items():
         expr = expr.replace(macro, value)
-    return re.sub(r"\$\{?\w+\}?", ".*", expr)
+    return re.sub(r"\$\{?[A-Za-z_]\w*\}?", ".*", expr)  # not label_replace's "$1"
 
 
 def panel(title: str) -> dict[str, Any]:
@@ -81,11 +81,12 @@ def test_the_dashboard_has_a_prometheus_datasource_variable_every_panel_uses() -
             assert DS == v["datasource"], v["name"]
 
 
-def test_the_dashboard_covers_fleet_detections_readers_and_alert_delivery() -> None:
+def test_the_dashboard_covers_fleet_jobs_detections_readers_and_alert_delivery() -> None:
     rows = [p["title"] for p in dashboard()["panels"] if p["type"] == "row"]
-    assert ["Fleet", "Detections", "Reader health", "Alert delivery"] == rows
+    assert ["Fleet", "Jobs", "Detections", "Reader health", "Alert delivery"] == rows
     titles = {p["title"] for p in panels()}
-    assert {"Nodes", "Detections by signature", "Lines read per second",
+    assert {"Nodes", "Failing jobs and their culprits", "Straggling nodes",
+            "Detections by signature", "Lines read per second",
             "Posts to Alertmanager"} <= titles
     variables = [v["name"] for v in dashboard()["templating"]["list"]]
     assert ["datasource", "job", "node", "signature"] == variables
@@ -172,6 +173,29 @@ PROMTOOL_INPUT = [
     # before Prometheus first saw it): increase() alone would miss both.
     ('sigwatch_detections_total{job="sigwatch",node="n2",instance="c:9750",source="pods",'
      'signature="nccl_watchdog_timeout",severity="error"}', "_ _ _ _ _ _ 2 2 2 2 2"),
+    # Jobs: train-1 on n1 and n2, train-2 on n1 (the daemon's job and node renamed by the
+    # scrape), train-3 on n2 scraped with honor_labels (its own job label kept).
+    ('sigwatch_job_active{job="sigwatch",node="n1",instance="a:9750",exported_job="train-1",'
+     'exported_node="n1"}', "1x20"),
+    ('sigwatch_job_active{job="sigwatch",node="n2",instance="c:9750",exported_job="train-1",'
+     'exported_node="n2"}', "1x20"),
+    ('sigwatch_job_active{job="sigwatch",node="n1",instance="a:9750",exported_job="train-2",'
+     'exported_node="n1"}', "1x20"),
+    ('sigwatch_job_active{job="train-3",node="n2",instance="c:9750"}', "1x20"),
+    ('sigwatch_job_rank_step_seconds{job="sigwatch",node="n1",instance="a:9750",'
+     'exported_job="train-1",exported_node="n1",rank="0"}', "0.8x20"),
+    ('sigwatch_job_rank_step_seconds{job="sigwatch",node="n2",instance="c:9750",'
+     'exported_job="train-1",exported_node="n2",rank="4"}', "1.12x20"),
+    ('sigwatch_job_rank_step_seconds{job="sigwatch",node="n2",instance="c:9750",'
+     'exported_job="train-1",exported_node="n2",rank="5"}', "1.05x20"),
+    # Verdicts: train-1 blames n1, train-2 is the user's code (no node); n2 straggles in train-1.
+    ('ALERTS{alertname="SigwatchJobIncident",alertstate="firing",job="train-1",'
+     'culprit_node="n1",owner="node",signature="nvidia_xid_79_fallen_off_bus",basis="fault",'
+     'severity="critical"}', "1x20"),
+    ('ALERTS{alertname="SigwatchJobIncident",alertstate="firing",job="train-2",owner="user",'
+     'signature="python_uncaught_exception",basis="user_fault",severity="error"}', "1x20"),
+    ('ALERTS{alertname="SigwatchJobStraggler",alertstate="firing",job="train-1",node="n2",'
+     'severity="warning"}', "1x20"),
 ]
 
 
@@ -184,7 +208,8 @@ def _expr(title: str, ref: str = "A", **macros: str) -> str:
 def test_what_the_panels_count_in_the_real_prometheus_engine(tmp_path: Path) -> None:
     """promtool evaluates the panels' queries: 2 nodes up and 1 down (not 3 targets), the
     signature on 2 nodes (not 3 node-and-source series), 6 paging detections in 5 minutes
-    (the 2 of a counter first seen at 2 included), and whole-number bars per minute."""
+    (the 2 of a counter first seen at 2 included), whole-number bars per minute, 3 jobs (not 4
+    node-and-job series), 2 failing, 1 node named, and the straggler's slowest rank."""
     sig = {"signature": "nccl_watchdog_timeout"}
     cases: list[tuple[str, str, list[tuple[dict[str, str], float]]]] = [
         (_expr("Nodes up"), "5m", [({}, 2)]),
@@ -201,6 +226,12 @@ def test_what_the_panels_count_in_the_real_prometheus_engine(tmp_path: Path) -> 
         (_expr("Detections by signature", interval="1m"), "2m", [(sig, 2)]),
         (_expr("Detections by signature", interval="1m"), "3m", [(sig, 4)]),
         (_expr("Detections by signature", interval="1m"), "4m", [(sig, 0)]),
+        # Jobs: counted once across nodes, whatever the scrape did with their labels.
+        (_expr("Jobs followed"), "5m", [({}, 3)]),
+        (_expr("Failing jobs"), "5m", [({}, 2)]),
+        (_expr("Nodes named culprit"), "5m", [({}, 1)]),
+        (_expr("Stragglers"), "5m", [({}, 1)]),
+        (_expr("Straggling nodes"), "5m", [({"job": "train-1", "node": "n2"}, 1.12)]),
     ]
     tests = {"rule_files": [], "evaluation_interval": "30s", "tests": [{
         "interval": "30s",

@@ -12,7 +12,7 @@ from typing import Any
 import promql_parser
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from sigwatch.telemetry.metrics import SelfMetrics
+from sigwatch.telemetry.metrics import JOB_GAUGES, SelfMetrics
 
 __all__ = ["PROMETHEUS_SERIES", "catalogue", "metric_names"]
 
@@ -33,10 +33,11 @@ def _names(registry: CollectorRegistry) -> set[str]:
 
 
 def catalogue() -> frozenset[str]:
-    """Every series name sigwatch exports (on a fresh registry) or Prometheus adds."""
+    """Every series name sigwatch exports (on a fresh registry, and the gauges of the jobs it
+    follows) or Prometheus adds."""
     registry = CollectorRegistry()
     SelfMetrics(registry, "0.0.0")
-    names = _names(registry)
+    names = _names(registry) | set(JOB_GAUGES)
     if not any(n.startswith("process_") for n in names):
         process = CollectorRegistry()
         ProcessCollector(registry=process)
