@@ -192,7 +192,7 @@ def build_detectors(settings: DetectorSettings | None = None, *, clock: Clock, h
 
 
 def build_generic(*, clock: Clock, host: str = "", enums: Path | None = None,
-                  hold_seconds: float = 30.0) -> GenericDetector:
+                  hold_seconds: float = 10.0) -> GenericDetector:
     """The generic layer, with the vendor error tables of ``enums`` (default: the library's
     ``_enums`` folder) compiled once."""
     folder = enums if enums is not None else builtin_pattern_dir() / "_enums"

@@ -170,7 +170,7 @@ class GenericSettings(_Strict):
     """The generic layer: tracebacks, native crashes, error records, failed checks."""
 
     enabled: bool = True
-    hold_seconds: float = Field(default=30.0, gt=0, le=3600)
+    hold_seconds: float = Field(default=10.0, gt=0, le=3600)
 
 
 class ExtractorConfig(_Strict):

@@ -26,10 +26,14 @@ from typing import Any
 
 from sigwatch.model import Detection, Severity
 
-__all__ = ["COLLECTIVE_KINDS", "JobBook", "JobLimits", "clean_label_text"]
+__all__ = ["COLLECTIVE_KINDS", "FUTURE_SLACK", "JobBook", "JobLimits", "clean_label_text"]
 
 COLLECTIVE_KINDS = ("timed_out", "last_enqueued", "last_completed")
 MAX_LABEL_TEXT = 200
+FUTURE_SLACK = 60.0
+"""A fault line stamped more than this after it was read counts from when it was read: the
+verdict waits until a job's first error is 20 s old, so a stamp hours ahead (a node clock far
+off) would hold that job's page back until then."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
@@ -194,6 +198,8 @@ class JobBook:
         if d.severity < self.min_severity or d.status == "resolved" or not d.jobs:
             return
         when = d.line_time if d.line_time is not None else d.time
+        if when > d.time + FUTURE_SLACK:
+            when = d.time  # a node clock far ahead: the page would wait for that time to come
         with self._lock:
             for job in d.jobs:
                 known = self._jobs.get(job) or self._activate(job, now)

@@ -10,7 +10,13 @@ The generic layer (``detectors/generic``) ranks below every specific signature: 
 detection on the same line folds a generic detection away (or, for a shape that says more than
 the line, such as a traceback naming the user's frame, makes it fallout); a specific signature
 detected earlier on the source, in the same job, within ``GENERIC_WINDOW`` seconds becomes its
-root cause and lowers it to a warning.
+root cause and lowers it to a warning. "Earlier" is about the generic detection's own line, not
+its delivery (a traceback waits a while for the lines after it): on its stream, by position;
+elsewhere, by the lines' own timestamps where both have one, else by when each was read. A
+launcher's report that a process ended (``tracebacks.exit_report``) read less than
+``EXIT_NOTICE_SECONDS`` before the generic line is the report of that line's process ending
+(torchrun writes it after the rank's traceback, into another file that may be read first), never
+its cause.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import dataclasses
 from collections import OrderedDict, deque
 
 from sigwatch.detectors.generic import SHAPES
+from sigwatch.detectors.generic.tracebacks import EXIT_NOTICE_SECONDS, exit_report
 from sigwatch.model import Detection, RootCause, Severity
 from sigwatch.patterns.compiled import PatternSet
 
@@ -92,15 +99,25 @@ class RootCauseCorrelator:
             for prior in reversed(self._specific.get((d.source, d.job), ())):
                 if d.time - prior.time > GENERIC_WINDOW:
                     break
-                if (prior.stream_key == d.stream_key and prior.offset is not None
-                        and d.offset is not None and prior.offset > d.offset):
-                    continue  # later on the same stream: not what led to this line
+                if not _before(prior, d):
+                    continue  # not what led to this line
                 cause = prior
                 break
         if cause is None:
             return d
         return dataclasses.replace(d, root_cause=_root(cause),
                                    severity=min(d.severity, Severity.WARNING))
+
+
+def _before(prior: Detection, d: Detection) -> bool:
+    """True when ``prior`` came before the generic detection ``d``'s own line."""
+    if prior.stream_key == d.stream_key and prior.offset is not None and d.offset is not None:
+        return prior.offset <= d.offset
+    if prior.line_time is not None and d.line_time is not None:
+        return prior.line_time <= d.line_time
+    if exit_report(prior.text or ""):
+        return prior.time <= d.time - EXIT_NOTICE_SECONDS
+    return prior.time <= d.time
 
 
 def _root(cause: Detection) -> RootCause:

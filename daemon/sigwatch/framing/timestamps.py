@@ -17,7 +17,7 @@ import time as time_mod
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
-__all__ = ["TimestampMatch", "match_timestamp", "parse_timestamp"]
+__all__ = ["YEARLESS_AHEAD", "TimestampMatch", "match_timestamp", "parse_timestamp"]
 
 _MONTHS = {name: i + 1 for i, name in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))}
@@ -34,6 +34,9 @@ _TS_RE = re.compile(
     r"|(?P<kernel>\[ {0,12}(?P<ksec>\d{1,10})\.(?P<kfrac>\d{1,9})\])")
 # The character after a timestamp must not continue a word or a number (``2024-11-20T10:02:113``).
 _END_OK = frozenset(" \t]|:,;)-\r\n")
+# A stamp without a year that lands this far ahead of now is last year's (``E1231 23:59:59``
+# read on 1 January); closer, it is a node clock ahead of ours, which the year does not fix.
+YEARLESS_AHEAD = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,8 @@ def match_timestamp(text: str, pos: int = 0, year_hint: int | None = None, *,
                     want_time: bool = True) -> TimestampMatch | None:
     """The timestamp that starts exactly at ``pos`` in ``text``, or None.
 
-    ``year_hint`` completes the forms without a year (glog, syslog; default: this year);
+    ``year_hint`` completes the forms without a year (glog, syslog; default: this year, or
+    last year when this year's date is more than ``YEARLESS_AHEAD`` in the future);
     ``boot_time`` (epoch seconds) places the kernel's relative stamps; ``tz`` is the zone of
     stamps that carry none (default: the local zone). ``want_time=False`` only finds the
     extent (cheaper: no calendar arithmetic).
@@ -102,18 +106,33 @@ def match_timestamp(text: str, pos: int = 0, year_hint: int | None = None, *,
         value = _epoch(int(m.group("Y")), int(m.group("m")), int(m.group("d")),
                        int(m.group("H")), int(m.group("M")), int(m.group("S")),
                        _fraction(m.group("frac")), zone)
-    elif kind == "glog":
-        year = year_hint if year_hint is not None else time_mod.localtime().tm_year
-        value = _epoch(year, int(m.group("gm")), int(m.group("gd")), int(m.group("gH")),
-                       int(m.group("gM")), int(m.group("gS")), _fraction(m.group("gfrac")), tz)
-    elif kind == "syslog":
-        year = year_hint if year_hint is not None else time_mod.localtime().tm_year
-        value = _epoch(year, _MONTHS[m.group("mon")], int(m.group("sd")), int(m.group("sH")),
-                       int(m.group("sM")), int(m.group("sS")), _fraction(m.group("sfrac")), tz)
+    elif kind in ("glog", "syslog"):
+        if kind == "glog":
+            fields = (int(m.group("gm")), int(m.group("gd")), int(m.group("gH")),
+                      int(m.group("gM")), int(m.group("gS")), _fraction(m.group("gfrac")))
+        else:
+            fields = (_MONTHS[m.group("mon")], int(m.group("sd")), int(m.group("sH")),
+                      int(m.group("sM")), int(m.group("sS")), _fraction(m.group("sfrac")))
+        value = _yearless(year_hint, fields, tz)
     else:
         since_boot = int(m.group("ksec")) + _fraction(m.group("kfrac"))
         value = boot_time + since_boot if boot_time is not None else None
     return TimestampMatch(value, end, kind, level)
+
+
+def _yearless(year_hint: int | None, fields: tuple[int, int, int, int, int, float],
+              tz: tzinfo | None) -> float | None:
+    """A stamp without a year placed in ``year_hint``, or this year unless that puts it more
+    than ``YEARLESS_AHEAD`` in the future (then last year)."""
+    month, day, hour, minute, second, frac = fields
+    if year_hint is not None:
+        return _epoch(year_hint, month, day, hour, minute, second, frac, tz)
+    now = time_mod.time()
+    year = time_mod.localtime(now).tm_year
+    value = _epoch(year, month, day, hour, minute, second, frac, tz)
+    if value is not None and value > now + YEARLESS_AHEAD:
+        return _epoch(year - 1, month, day, hour, minute, second, frac, tz)
+    return value
 
 
 def parse_timestamp(text: str, year_hint: int | None = None, *,

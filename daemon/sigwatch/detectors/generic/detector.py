@@ -36,6 +36,7 @@ from sigwatch.detectors.generic.codes import Code, CodeTable
 from sigwatch.detectors.generic.native import Crash, match_crash
 from sigwatch.detectors.generic.records import Record, classify, level_of, parse_any
 from sigwatch.detectors.generic.tracebacks import (
+    EXIT_NOTICE_SECONDS,
     HEADER_RE,
     FaultReport,
     LineIn,
@@ -46,10 +47,11 @@ from sigwatch.detectors.generic.tracebacks import (
     TracebackReport,
     bare_exception,
     ended,
+    exit_report,
     frame_line,
 )
 from sigwatch.detectors.templates import ERROR_INTEREST, strip_header
-from sigwatch.framing.normalize import normalize
+from sigwatch.framing.normalize import normalize, parse_prefix
 from sigwatch.model import Detection, Remediation, Severity, StreamInfo
 from sigwatch.patterns.kinds import content_of
 
@@ -126,6 +128,7 @@ _BUILTIN_EXCEPTIONS = frozenset({
 MAX_KEYS = 1024
 MAX_INFO_PER_HOUR = 20
 MAX_PENDING = 8
+MAX_EXIT_GROUPS = 256  # (source, job) pairs whose latest exit report is remembered
 RECORD_WINDOW = 50  # lines after an information-only record in which the process may end
 # Shapes whose detection says the process (or a check) ended: records just before are raised.
 _ENDINGS = frozenset({"traceback", "exception", "faulthandler", "native_crash"})
@@ -148,6 +151,12 @@ class _StreamState:
 
     def following(self) -> bool:
         return bool(self.reports) or self.table is not None or bool(self.pending)
+
+    @property
+    def group(self) -> tuple[str, str]:
+        """The streams whose launcher reports speak for this one: its source and job (with no
+        job, every stream of its source)."""
+        return (self.info.source, self.info.job)
 
 
 @dataclass(slots=True)
@@ -228,15 +237,18 @@ class GenericDetector:
 
     def __init__(self, clock: Clock, *, codes: CodeTable | None = None, host: str = "",
                  status: str = "stable", record_status: str = "test",
-                 hold_seconds: float = 30.0, window_lines: int = 25,
+                 hold_seconds: float = 10.0, window_lines: int = 25,
                  dedupe_seconds: float = 600.0, crash_lines: int = 60) -> None:
         """``status``: of the detections of a process or a check that failed (they page like
         any stable signature); ``record_status``: of error records, the shape with the highest
         false-alarm risk (``test``: sent to Alertmanager's non-paging route).
         ``hold_seconds``: how long a finished traceback waits for the lines that say
-        whether the process went on; ``window_lines``: how many lines of its rank it reads
-        for that; ``dedupe_seconds``: a finding with the same key on a stream is reported once
-        in this time; ``crash_lines``: later crash lines this close belong to the same crash."""
+        whether the process went on, when nothing says its process ended (a launcher's exit
+        report of its job, its stream closing, its window of lines, end the wait at once;
+        docs/signatures.md "The generic layer" says why 10 s); ``window_lines``: how many
+        lines of its rank it reads for that; ``dedupe_seconds``: a finding with the same key
+        on a stream is reported once in this time; ``crash_lines``: later crash lines this
+        close belong to the same crash."""
         self.clock = clock
         self.codes = codes if codes is not None else CodeTable()
         self.host = host
@@ -247,6 +259,9 @@ class GenericDetector:
         self.dedupe = dedupe_seconds
         self.crash_lines = crash_lines
         self._streams: dict[int, _StreamState] = {}
+        # The latest exit report read per (source, job): monotonic time and its line.
+        self._exits: OrderedDict[tuple[str, str], tuple[float, str]] = OrderedDict()
+        self._groups: dict[tuple[str, str], set[int]] = {}  # (source, job) -> stream handles
 
     # -- the protocol ---------------------------------------------------------------------------
 
@@ -265,13 +280,18 @@ class GenericDetector:
         return st is not None and st.following()
 
     def on_open(self, stream: StreamContext) -> None:
-        self._streams[stream.handle] = _StreamState(stream.info, content_of(stream.kind))
+        self._add(stream)
 
     def on_close(self, stream: StreamContext, *, clean: bool) -> Sequence[Detection]:
         _ = clean
         st = self._streams.pop(stream.handle, None)
         if st is None:
             return ()
+        members = self._groups.get(st.group)
+        if members is not None:
+            members.discard(stream.handle)
+            if not members:
+                del self._groups[st.group]
         out: list[Detection] = []
         for report in list(st.reports.values()):
             out.extend(self._finish(st, report))
@@ -319,7 +339,8 @@ class GenericDetector:
 
     def on_line(self, event: LineEvent) -> Sequence[Detection]:
         st = self._state(event.stream)
-        line = LineIn(event.line.text, event.line.rank, event.line.lineno, event.line.offset)
+        line = LineIn(event.line.text, event.line.rank, event.line.lineno, event.line.offset,
+                      self.clock.time())
         return self._take(st, line, _Before(event.recent, line.rank))
 
     def on_chunk(self, chunk: Chunk, mask_bits: int) -> Sequence[Detection]:
@@ -360,8 +381,9 @@ class GenericDetector:
             parts = [Part(rank, text) for rank, text in normalize(raw)]
         recent = chunk.before(start)
         out: list[Detection] = []
+        read = self.clock.time()
         for part in parts:
-            line = LineIn(part.text, part.rank, lineno, chunk.base + start)
+            line = LineIn(part.text, part.rank, lineno, chunk.base + start, read)
             out.extend(self._take(st, line, _Before(recent, part.rank)))
         return out
 
@@ -369,14 +391,44 @@ class GenericDetector:
 
     def _state(self, stream: StreamContext) -> _StreamState:
         st = self._streams.get(stream.handle)
-        if st is None:
-            st = _StreamState(stream.info, content_of(stream.kind))
-            self._streams[stream.handle] = st
+        return st if st is not None else self._add(stream)
+
+    def _add(self, stream: StreamContext) -> _StreamState:
+        st = self._streams[stream.handle] = _StreamState(stream.info, content_of(stream.kind))
+        self._groups.setdefault(st.group, set()).add(stream.handle)
         return st
 
     def _take(self, st: _StreamState, line: LineIn,
               before: Callable[[int], list[str]]) -> list[Detection]:
         now = self.clock.monotonic()
+        if exit_report(line.text) and _selected(line.text):
+            self._exit_reported(st, line.text, now)
+        out = self._read(st, line, before, now)
+        if self._exits and st.reports:
+            seen = self._exits.get(st.group)
+            report = st.reports.get(line.rank)
+            if (seen is not None and now - seen[0] <= EXIT_NOTICE_SECONDS
+                    and isinstance(report, TracebackReport)):
+                report.exit_reported(now, seen[1])  # read after its job's launcher reported
+        return out
+
+    def _exit_reported(self, st: _StreamState, text: str, now: float) -> None:
+        """A launcher reported that a process of ``st``'s job ended: every finished traceback
+        of the job (on any of its streams) stops waiting; they are delivered by ``tick``, which
+        the runtime runs at once, through their own streams. Remembered for a traceback whose
+        last lines are read just after (files are read in turn)."""
+        group = st.group
+        self._exits[group] = (now, text)
+        self._exits.move_to_end(group)
+        while len(self._exits) > MAX_EXIT_GROUPS:
+            self._exits.popitem(last=False)
+        for handle in self._groups.get(group, ()):
+            for report in self._streams[handle].reports.values():
+                if isinstance(report, TracebackReport):
+                    report.exit_reported(now, text)
+
+    def _read(self, st: _StreamState, line: LineIn, before: Callable[[int], list[str]],
+              now: float) -> list[Detection]:
         out: list[Detection] = []
         if st.pending:
             if ended(line.text):
@@ -413,8 +465,7 @@ class GenericDetector:
     def _shapes(self, st: _StreamState, line: LineIn, before: Callable[[int], list[str]],
                 now: float) -> list[Detection]:
         text = line.text
-        encoded = text.encode("utf-8", "replace")
-        if _INTEREST.search(encoded) is None and ERROR_INTEREST.search(encoded) is None:
+        if not _selected(text):
             return []  # no shape starts on a line none of the interests selects
         if _HARNESS_RE.search(text):
             st.harness = True
@@ -689,16 +740,19 @@ class GenericDetector:
         return out
 
     def _detection(self, st: _StreamState, found: _Found) -> Detection:
+        """``found`` as a detection of ``st``: its time is when its line was read (a held
+        traceback is delivered later), its ``line_time`` the line's own timestamp if any."""
         info = st.info
         line = found.line
         return Detection(
             signature=found.signature, title=found.title, severity=found.severity,
             status=self.record_status if found.signature == ERROR_RECORD else self.status,
             source=info.source, path=info.path, stream_key=info.key,
-            line=line.lineno, offset=line.offset, text=line.text, time=self.clock.time(),
-            remediation=found.remediation, context=found.context, rank=line.rank,
-            captures=found.captures, labels=found.labels, host=self.host, facts=found.facts,
-            owner=found.owner)
+            line=line.lineno, offset=line.offset, text=line.text,
+            time=line.read or self.clock.time(), remediation=found.remediation,
+            context=found.context, rank=line.rank, captures=found.captures, labels=found.labels,
+            host=self.host, facts=found.facts, owner=found.owner,
+            line_time=parse_prefix(line.text, want_time=True).time)
 
 
 _COMPONENT_TITLES = {
@@ -706,6 +760,13 @@ _COMPONENT_TITLES = {
     "interconnect": "Interconnect", "storage": "Storage", "scheduler": "Scheduler",
     "container_runtime": "Container Runtime", "other": "Other Component",
 }
+
+
+def _selected(text: str) -> bool:
+    """True for a line the detector's interests select (the per-line driver, which is handed
+    every line, tests this to agree with the per-chunk one)."""
+    encoded = text.encode("utf-8", "replace")
+    return _INTEREST.search(encoded) is not None or ERROR_INTEREST.search(encoded) is not None
 
 
 class _Before:

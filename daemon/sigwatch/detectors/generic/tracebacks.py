@@ -35,6 +35,7 @@ from sigwatch.detectors.generic._text import Frame, clip, is_user_frame, literal
 from sigwatch.detectors.progress import ProgressParser
 
 __all__ = [
+    "EXIT_NOTICE_SECONDS",
     "HEADER_RE",
     "Exc",
     "FaultReport",
@@ -46,6 +47,7 @@ __all__ = [
     "bare_exception",
     "continued",
     "ended",
+    "exit_report",
     "frame_line",
     "parse_exception",
 ]
@@ -101,6 +103,32 @@ _ENDED_RE = re.compile(literal_first(ENDED_WORDS))
 _ENDED_START_RE = re.compile(r"(?:Killed|Aborted)\b")
 
 
+# A launcher's, a scheduler's or a shell's report that a process of the job ended, written
+# after it ended, usually by another process into another file: torchrun's worker failure, its
+# failure table, ChildFailedError and its SIGTERM fan-out; srun's and slurmstepd's task failures;
+# mpirun/prterun and MPICH; torch.multiprocessing; DeepSpeed's launcher; a shell's job report.
+# Matched on the line as written (the words keep their case).
+EXIT_REPORT_WORDS = (
+    r"failed \(exitcode: ?-?\d|exitcode\s*:\s*-?[1-9]|ChildFailedError|Worker group FAILED"
+    r"|closing signal SIG[A-Z]{3,6}|srun: error: .{0,200}?tasks? \d|slurmstepd: error: \*\*\*"
+    r"|noticed that process rank \d|terminated normally, but \d+ process"
+    r"|BAD TERMINATION OF ONE OF YOUR APPLICATION|process \d+ terminated with (?:exit code|signal)"
+    r"|ProcessExitedException|exits with return code = -?[1-9]|returned non-zero exit status"
+    r"|line \d{1,6}: +\d{1,9} (?:Killed|Aborted|Segmentation fault|Bus error)")
+_EXIT_REPORT_RE = re.compile(EXIT_REPORT_WORDS)
+EXIT_NOTICE_SECONDS = 5.0
+"""An exit report read up to this long before a traceback's exception line is taken as the
+report of that traceback's process ending (files are read in turn: the launcher's file may be
+read first in the same pass, though written after): it ends the traceback's hold, and it is not
+the traceback's root cause (``detectors/rootcause.py``)."""
+
+
+def exit_report(text: str) -> bool:
+    """True when ``text`` is a launcher's, a scheduler's or a shell's report that a process
+    ended with a failure (evidence that a held traceback of the same job ended its process)."""
+    return _EXIT_REPORT_RE.search(text) is not None
+
+
 def ended(text: str) -> bool:
     """True when ``text`` says the process ended: an exit status, a kill, a launcher's
     failure (what a pending record or a held traceback waits for)."""
@@ -149,6 +177,7 @@ class LineIn:
     rank: str | None
     lineno: int
     offset: int
+    read: float = 0.0  # wall-clock time it was read (a held detection's own time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +377,7 @@ class TracebackReport(Report):
         text = line.text
         if self.envelope and _DIGITS_RE.sub("0", text[:len(self.envelope)]) == self.envelope:
             text = text[len(self.envelope):]
-            line = LineIn(text, line.rank, line.lineno, line.offset)
+            line = LineIn(text, line.rank, line.lineno, line.offset, line.read)
         if self.group:
             margin = _MARGIN_RE.match(text)
             if margin is not None:
@@ -422,6 +451,17 @@ class TracebackReport(Report):
         if self.after >= self.window:
             self.finished = True
         return False
+
+    def exit_reported(self, now: float, evidence: str) -> None:
+        """A launcher (or a scheduler, a shell) reported that a process of this job ended: a
+        finished traceback stops waiting for lines that will not come; the report is the
+        evidence, unless its own rank already said it went on."""
+        if self.state != "after":
+            return  # its frames are still being read: it is not finished
+        if self.deadline is None or self.deadline > now:
+            self.deadline = now
+        if not self.ended and not self.continued:
+            self.ended = clip(evidence.strip(), 160)
 
     def observe(self, line: LineIn) -> None:
         if self.state == "after":
