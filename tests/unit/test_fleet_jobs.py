@@ -52,11 +52,11 @@ class TestKernelFaultsBelongToTheActiveJobs:
         node.write(b, "step 1 starting")
         kernel = node.open("/dev/kmsg", source="kernel")
 
-        [d] = node.write(kernel, XID, time=1_700_000_100.0)
+        [d] = node.write(kernel, XID, time=1_699_999_900.0)  # its own time, before reading
 
         assert ("job-a", "job-b") == d.jobs
         for job in ("job-a", "job-b"):
-            assert 1_700_000_100.0 == node.gauge(
+            assert 1_699_999_900.0 == node.gauge(
                 "sigwatch_job_fault_first_seconds", job=job, rank="", signature="test_xid_79",
                 owner="node", severity="critical")
 
@@ -98,6 +98,22 @@ class TestFirstFaults:
             signature="test_user_exception", owner="user", severity="error") < 1_700_000_001.0
         assert "2023-11-14T22:13:20Z ZeroDivisionError: division by zero" == info["line"]
         assert "Fix the training code." == info["fix"]
+
+    @pytest.mark.parametrize(("stamp", "expected"), [
+        ("2023-11-14T23:13:20Z", 1_700_000_000.0),   # an hour ahead: when it was read
+        ("2023-11-14T22:13:50Z", 1_700_000_030.0),   # 30 s ahead (clock skew): its own time
+    ], ids=["an-hour-ahead", "seconds-ahead"])
+    def test_a_fault_stamped_far_ahead_of_the_daemons_clock_counts_from_its_reading(
+            self, node: FleetNode, stamp: str, expected: float) -> None:
+        """The verdict waits until a job's first error is 20 s old: a line from a node whose
+        clock is an hour ahead would hold the page back for an hour. More than a minute
+        ahead of its reading, a fault counts from when it was read."""
+        h = node.open("/training/job-a/rank3.log")
+        node.write(h, f"{stamp} ZeroDivisionError: division by zero")
+
+        assert expected == node.gauge(
+            "sigwatch_job_fault_first_seconds", job="job-a", rank="3",
+            signature="test_user_exception", owner="user", severity="error")
 
     def test_the_line_label_is_cut_and_free_of_control_characters(
             self, node: FleetNode) -> None:

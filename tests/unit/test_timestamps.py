@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from sigwatch.framing import timestamps
 from sigwatch.framing.timestamps import match_timestamp, parse_timestamp
 
 AT = datetime(2024, 11, 20, 10, 2, 11, tzinfo=UTC).timestamp()
@@ -60,3 +62,45 @@ def test_the_match_says_where_the_text_continues_and_the_glog_level() -> None:
 
     assert found is not None
     assert (21, "glog", "error") == (found.end, found.form, found.level)
+
+
+class _ReadAt:
+    """``time`` for the parser: the moment a line is read (the module's only use of it)."""
+
+    def __init__(self, when: datetime) -> None:
+        self._now = when.timestamp()
+
+    def time(self) -> float:
+        return self._now
+
+    @staticmethod
+    def localtime(secs: float | None = None) -> time.struct_time:
+        return time.gmtime(secs)
+
+
+class TestAStampWithoutAYear:
+    """glog and syslog stamps carry no year: this year, unless that is more than a day ahead
+    of now (then it was written last year: ``E1231 23:59:59`` read on 1 January)."""
+
+    @pytest.mark.parametrize(("read_at", "text", "expected"), [
+        (datetime(2027, 1, 1, 0, 5, tzinfo=UTC), "E1231 23:59:59.000000 1 x.cc:1] boom",
+         datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC)),
+        (datetime(2027, 1, 1, 0, 5, tzinfo=UTC), "Dec 31 23:59:59 host kernel: x",
+         datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC)),
+        (datetime(2027, 1, 1, 0, 5, tzinfo=UTC), "E0101 00:04:00.000000 1 x.cc:1] boom",
+         datetime(2027, 1, 1, 0, 4, tzinfo=UTC)),
+        (datetime(2027, 6, 1, 12, 0, tzinfo=UTC), "E0601 15:00:00.000000 1 x.cc:1] boom",
+         datetime(2027, 6, 1, 15, 0, tzinfo=UTC)),
+    ], ids=["glog-new-year", "syslog-new-year", "glog-this-year", "a-node-clock-hours-ahead"])
+    def test_is_placed_in_the_year_that_does_not_put_it_far_ahead(
+            self, monkeypatch: pytest.MonkeyPatch, read_at: datetime, text: str,
+            expected: datetime) -> None:
+        monkeypatch.setattr(timestamps, "time_mod", _ReadAt(read_at))
+
+        assert expected.timestamp() == parse_timestamp(text, tz=UTC)
+
+    def test_a_given_year_is_kept(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(timestamps, "time_mod", _ReadAt(datetime(2027, 1, 1, tzinfo=UTC)))
+
+        assert datetime(2027, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() == parse_timestamp(
+            "E1231 23:59:59.000000 1 x.cc:1] boom", 2027, tz=UTC)

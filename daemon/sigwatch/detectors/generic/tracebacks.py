@@ -112,7 +112,7 @@ EXIT_REPORT_WORDS = (
     r"failed \(exitcode: ?-?\d|exitcode\s*:\s*-?[1-9]|ChildFailedError|Worker group FAILED"
     r"|closing signal SIG[A-Z]{3,6}|srun: error: .{0,200}?tasks? \d|slurmstepd: error: \*\*\*"
     r"|noticed that process rank \d|terminated normally, but \d+ process"
-    r"|BAD TERMINATION OF ONE OF YOUR APPLICATION|process \d+ terminated with (?:exit code|signal)"
+    r"|=   EXIT CODE: \d|process \d+ terminated with (?:exit code|signal)"
     r"|ProcessExitedException|exits with return code = -?[1-9]|returned non-zero exit status"
     r"|line \d{1,6}: +\d{1,9} (?:Killed|Aborted|Segmentation fault|Bus error)")
 _EXIT_REPORT_RE = re.compile(EXIT_REPORT_WORDS)
