@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from support.cascades import KERNEL_FILE, RELEASES, Cascade, Layout, generate
 
-from sigwatch.app import build_pipeline
+from sigwatch.app import build_generic, build_pipeline
 from sigwatch.clock import FakeClock
 from sigwatch.model import Detection, StreamInfo
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
@@ -34,9 +34,12 @@ def _engine() -> Engine:
 
 
 def detections(engine: Engine, cascade: Cascade, node: str) -> dict[str, list[Detection]]:
-    """What the shipped library finds in each of the node's files (rank logs first)."""
-    pipeline = build_pipeline(engine, [CollectingSink()], clock=FakeClock(START),
-                              content={"kernel": "kernel", "training": "job"})
+    """What the shipped library and the generic layer find in each of the node's files (rank
+    logs first)."""
+    clock = FakeClock(START)
+    pipeline = build_pipeline(engine, [CollectingSink()], clock=clock,
+                              content={"kernel": "kernel", "training": "job"},
+                              detectors=[build_generic(clock=clock)])
     files: dict[str, list[str]] = {}
     for line in cascade.by_write_time():
         if line.node == node:
