@@ -1,50 +1,23 @@
 """Process-level guards of ``sigwatch run``: signals caught from the first instant, one
 daemon per state directory.
 
-``EarlySignals`` is installed first thing in ``main``: until the daemon is built, SIGHUP and
-SIGTERM only set flags (the default action of SIGHUP would kill a daemon still loading its
-patterns); ``run_daemon`` hands them over to the real handlers. ``InstanceLock`` is an
-``flock`` on ``<state_dir>/lock`` held for the daemon's life: a second daemon on the same state
-would report everything twice and overwrite the checkpoint, so it is refused at start-up.
+``EarlySignals`` (``sigwatch.entry``, re-exported here) is installed by the entry point before
+anything else is imported: until the daemon is built, SIGHUP and SIGTERM only set flags (the
+default action of SIGHUP would kill a daemon still loading its patterns); ``run_daemon`` hands
+them over to the real handlers. ``InstanceLock`` is an ``flock`` on ``<state_dir>/lock`` held
+for the daemon's life: a second daemon on the same state would report everything twice and
+overwrite the checkpoint, so it is refused at start-up.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
-import signal
 from pathlib import Path
-from types import FrameType
+
+from sigwatch.entry import EarlySignals
 
 __all__ = ["EarlySignals", "InstanceLock", "InstanceLockedError"]
-
-
-class EarlySignals:
-    """Remember SIGHUP/SIGTERM/SIGINT received before the daemon can act on them."""
-
-    installed: EarlySignals | None = None
-
-    def __init__(self) -> None:
-        self.reload = False
-        self.stop: int | None = None
-
-    @classmethod
-    def install(cls) -> EarlySignals:
-        """Install the flag-setting handlers (idempotent); returns the recorder."""
-        if cls.installed is None:
-            early = cls()
-            for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(ValueError, OSError):  # not the main thread
-                    signal.signal(sig, early._note)
-            cls.installed = early
-        return cls.installed
-
-    def _note(self, signum: int, _frame: FrameType | None) -> None:
-        if signum == signal.SIGHUP:
-            self.reload = True
-        else:
-            self.stop = signum
 
 
 class InstanceLockedError(Exception):
