@@ -14,10 +14,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Rig, write_lines
+from conftest import Rig, Running, write_lines
 from support.daemon import free_port, wait_for
 
 pytestmark = pytest.mark.integration
@@ -141,3 +144,127 @@ def test_a_sighup_while_start_up_imports_anything_is_a_reload_once_ready(
     finally:
         status = parked.stop()
     assert 0 == status, parked.stderr()
+
+
+# -- an unusable state directory ------------------------------------------------------------
+
+
+class StateMount:
+    """A small tmpfs for the state directory (mounted by the test: root only, else skip)."""
+
+    def __init__(self, where: Path) -> None:
+        self.path = where
+        where.mkdir()
+        self._run("mount", "-t", "tmpfs", "-o", "size=256k,nr_inodes=256", "tmpfs", str(where))
+
+    @staticmethod
+    def _run(*argv: str) -> None:
+        result = subprocess.run(argv, capture_output=True, check=False)
+        if result.returncode != 0:
+            pytest.skip(f"cannot {' '.join(argv[:3])} (needs root and mount rights): "
+                        f"{result.stderr.decode().strip()}")
+
+    def read_only(self) -> None:
+        self._run("mount", "-o", "remount,ro", str(self.path))
+
+    def writable(self) -> None:
+        self._run("mount", "-o", "remount,rw", str(self.path))
+
+    def fill(self) -> Path:
+        """Fill the file system: every byte, then every inode (so not even an empty lock
+        file can be made); returns the folder to delete to free it all."""
+        filler = self.path / "filler"
+        filler.mkdir()
+        fd = os.open(filler / "bytes", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        for n in range(100_000):
+            try:
+                (filler / str(n)).touch()
+            except OSError:
+                break
+        return filler
+
+    def unmount(self) -> None:
+        subprocess.run(["umount", "-l", str(self.path)], check=False, capture_output=True)
+
+
+@pytest.fixture(name="state_mount")
+def _state_mount(tmp_path: Path) -> Iterator[StateMount]:
+    mount = StateMount(tmp_path / "state-mnt")
+    try:
+        yield mount
+    finally:
+        mount.unmount()
+
+
+def _ready(port: int) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def _degraded_but_locked(rig: Rig, state: Path, why: str) -> Running:
+    """The daemon runs on an unusable state directory: it reads and reports, says it is not
+    ready (naming the directory), counts the failed checkpoints, and holds its lock: a
+    second daemon on the same directory is refused with one line and status 2."""
+    d = rig.start(state=state)
+    written = write_lines(rig.logs / "app.log", range(1, 21))
+    rig.wait_seqs(written, daemon=d)
+    wait_for(lambda: (d.metric("sigwatch_checkpoint_errors_total") or 0) > 0,
+             timeout=30, what="a counted checkpoint failure")
+    status, body = _ready(d.port)
+    assert 503 == status, body
+    assert "state directory" in body and str(state) in body and why in body, body
+
+    second = rig.start(state=state)
+    assert 2 == second.d.proc.wait(timeout=60), second.stderr()
+    lines = [ln for ln in second.stderr().splitlines() if ln.strip()]
+    assert 1 == len(lines), lines
+    assert str(state) in lines[0]
+    assert d.alive()
+    return d
+
+
+@pytest.mark.parametrize("used_before", [False, True])
+def test_a_read_only_state_directory_runs_degraded_and_keeps_the_lock(
+        rig: Rig, state_mount: StateMount, used_before: bool) -> None:
+    """The state directory is read-only (fresh, or used by an earlier run and remounted
+    read-only since: the lock file is there but cannot be written). Before: the daemon ran
+    without a checkpoint and without saying so anywhere but its log, and without its lock a
+    second daemon could start on the same directory."""
+    if used_before:
+        first = rig.start(state=state_mount.path)
+        first.wait_started()
+        assert 0 == first.stop()
+    state_mount.read_only()
+
+    d = _degraded_but_locked(rig, state_mount.path, "Read-only file system")
+
+    assert 0 == d.stop()
+
+
+def test_a_full_state_directory_runs_degraded_keeps_the_lock_and_recovers(
+        rig: Rig, state_mount: StateMount) -> None:
+    """The state directory's file system is full from the start (no byte and no inode left).
+    Before: no checkpoint and no instance lock (the lock file could not be made), so a second
+    daemon ran beside the first. When space comes back, the next checkpoint is written and
+    the daemon is ready again."""
+    filler = state_mount.fill()
+
+    d = _degraded_but_locked(rig, state_mount.path, "No space left on device")
+
+    shutil.rmtree(filler)
+    wait_for(lambda: _ready(d.port)[0] == 200, timeout=60, what="ready again")
+    wait_for(lambda: (state_mount.path / "checkpoint.json").exists(), timeout=30,
+             what="a checkpoint")
+    assert 0 == d.stop()
