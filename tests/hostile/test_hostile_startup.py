@@ -268,3 +268,19 @@ def test_a_full_state_directory_runs_degraded_keeps_the_lock_and_recovers(
     wait_for(lambda: (state_mount.path / "checkpoint.json").exists(), timeout=30,
              what="a checkpoint")
     assert 0 == d.stop()
+
+
+def test_a_state_directory_that_cannot_be_made_refuses_start_up(
+        rig: Rig, state_mount: StateMount) -> None:
+    """The state directory does not exist and cannot be made (its parent is read-only):
+    nothing could be locked, so the daemon does not start: status 2 and one line naming the
+    directory and why."""
+    state_mount.read_only()
+    missing = state_mount.path / "sigwatch"
+
+    d = rig.start(state=missing)
+
+    assert 2 == d.d.proc.wait(timeout=60)
+    lines = [ln for ln in d.stderr().splitlines() if ln.strip()]
+    assert 1 == len(lines), lines
+    assert str(missing) in lines[0] and "Read-only file system" in lines[0]
