@@ -186,12 +186,14 @@ def test_a_new_file_named_like_a_copy_with_other_content_is_read(tmp_path: Path)
     assert sorted(w.written + other.written) == sorted(got)
 
 
+@pytest.mark.parametrize("glob", [GLOB, "*.log"])
 @pytest.mark.parametrize("crash", [False, True])
-def test_copytruncate_while_the_daemon_is_down(tmp_path: Path, crash: bool) -> None:
+def test_copytruncate_while_the_daemon_is_down(tmp_path: Path, crash: bool, glob: str) -> None:
     """Stopped (or SIGKILLed) at a commit; lines written, then copytruncate, then more lines,
-    all while it is down. At start the copy is known by its content: its gap is read from
-    it, what was read before is not read again, nothing is counted lost."""
-    h = _harness(tmp_path)
+    all while it is down. At start the copy is known by its content (matched by the glob, or
+    found next to the log as a file rotated while down): its gap is read from it, what was
+    read before is not read again, nothing is counted lost."""
+    h = Harness(tmp_path, (glob,))
     w = Writer(h.logs / "app.log", filler=2)
     h.start()
     w.lines(30)
