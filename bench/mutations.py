@@ -92,6 +92,17 @@ MUTATIONS = [
     Mutation("checkpoint keeps no previous generation", "sigwatch/runtime/checkpoint.py",
              "            os.replace(self.path, self.prev)\n",
              "            pass\n"),
+    Mutation("Alertmanager queue saved only on a clean stop", "sigwatch/sinks/alertmanager.py",
+             "        if self._dirty:\n            self._save()\n"
+             "        for replica in self._replicas:\n"
+             "            if self._due(replica, now):\n"
+             "                self._post(replica, now)\n"
+             "        self._update_gauges()\n"
+             "        if self._dirty:\n            self._save()\n",
+             "        for replica in self._replicas:\n"
+             "            if self._due(replica, now):\n"
+             "                self._post(replica, now)\n"
+             "        self._update_gauges()\n"),
 ]
 
 
