@@ -1,10 +1,9 @@
 """The process on a hostile machine: hostile user patterns, a flood of new files, a huge
-reload, SIGHUP during start-up. Real ``sigwatch run`` processes; the watchdog is observed
-through a real ``NOTIFY_SOCKET``."""
+reload. Real ``sigwatch run`` processes; the watchdog is observed through a real
+``NOTIFY_SOCKET``. (SIGHUP during start-up, case 14, is in ``test_hostile_startup.py``.)"""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -163,29 +162,3 @@ def test_a_very_large_reload_keeps_the_watchdog_fed(rig: Rig) -> None:
         assert gap < 2.0
     finally:
         notes.close()
-
-
-def _sigcgt(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigCgt:"):
-            return int(line.split()[1], 16)
-    return 0
-
-
-@pytest.mark.parametrize("delay", [0.05, 0.15, 0.3])
-def test_sighup_in_the_first_instants_of_start_up_does_not_kill_the_daemon(
-        rig: Rig, delay: float) -> None:
-    """Case 14. SIGHUP ``delay`` seconds after the interpreter is up (it has installed its own
-    SIGINT handler). Before: the default action (terminate) ran until the daemon installed its
-    handler about 0.4 s later. Now the handler is the first thing ``main`` installs; a reload
-    asked before the daemon is ready is done once it is."""
-    d = rig.start()
-    wait_for(lambda: not d.alive() or _sigcgt(d.pid) & (1 << (signal.SIGINT - 1)),
-             timeout=20, what="the interpreter")
-    threading.Event().wait(delay)  # the experiment: a signal at this moment of start-up
-    d.d.signal(signal.SIGHUP)
-    d.wait_started()
-    written = write_lines(rig.logs / "app.log", range(1, 11))
-    assert sorted(written) == sorted(rig.wait_seqs(written, daemon=d))
-    assert 0 == d.stop()
-    _ = os
