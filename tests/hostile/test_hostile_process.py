@@ -73,6 +73,8 @@ class Notifications:
         self.sock.bind(str(path))
         self.sock.settimeout(0.2)
         self.pings: list[float] = []
+        self.reloading: list[float] = []  # when RELOADING=1 arrived
+        self.readies: list[float] = []  # when READY=1 arrived
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -88,7 +90,10 @@ class Notifications:
             for msg in data.decode().split("\n"):
                 if msg == "WATCHDOG=1":
                     self.pings.append(now)
+                elif msg == "RELOADING=1":
+                    self.reloading.append(now)
                 elif msg == "READY=1":
+                    self.readies.append(now)
                     self.ready.set()
 
     def max_gap(self, since: float, until: float) -> float:
@@ -101,28 +106,39 @@ class Notifications:
         self.sock.close()
 
 
+def _watchdog_sec() -> float:
+    """``WatchdogSec`` of the shipped unit: systemd restarts a daemon silent that long."""
+    unit = (REPO / "systemd" / "sigwatch.service").read_text(encoding="utf-8")
+    return float(next(line.split("=", 1)[1] for line in unit.splitlines()
+                      if line.startswith("WatchdogSec=")))
+
+
 @pytest.mark.slow
-def test_two_thousand_new_files_at_once_keep_the_watchdog_fed(rig: Rig) -> None:
-    """Case 13a, scaled down to 2,000 files (the issue's 10,000 is measured by
+def test_six_thousand_new_files_at_once_keep_the_watchdog_fed(rig: Rig) -> None:
+    """Case 13a, scaled down to 6,000 files (the issue's 10,000 is measured by
     ``bench/hostile_watchdog.py``). Before: adoption compared each new file with every open
-    stream and listed its folder once per file (O(n²)): the watchdog went unfed for seconds
-    (111.6 s at 10,000). Now adoption is O(new files) and the scan feeds the watchdog: no gap
-    over 2 s. Nothing may be lost."""
+    stream and listed its folder once per file (O(n²)): the watchdog went unfed for about
+    40 s at 6,000 files (111.6 s at 10,000), and systemd, which restarts a daemon silent for
+    ``WatchdogSec``, would have killed it. Now adoption is O(new files) and the scan feeds
+    the watchdog. The bound is the requirement, half the shipped ``WatchdogSec`` (30 s), not
+    a speed: the gap is about 3 s on an idle 2-core machine and stays far below the bound
+    with both cores busy (it was once held to 2 s, which a busy machine exceeds). Nothing
+    may be lost."""
     notes = Notifications(rig.root / "notify.sock")
     try:
         d = rig.start(env={"NOTIFY_SOCKET": str(notes.path)})
-        assert notes.ready.wait(20)
+        assert notes.ready.wait(120)
         d.wait_started()
         since = time.monotonic()
-        for i in range(2000):
+        for i in range(6000):
             write_lines(rig.logs / f"job{i:05d}.log", [i + 1])
-        got = rig.wait_seqs(range(1, 2001), daemon=d, timeout=120)
+        got = rig.wait_seqs(range(1, 6001), daemon=d, timeout=600)
         until = time.monotonic()
         assert {} == dup(got)
         gap = notes.max_gap(since, until)
-        print(f"2,000 new files: longest watchdog gap {gap:.2f} s, all read in "
+        print(f"6,000 new files: longest watchdog gap {gap:.2f} s, all read in "
               f"{until - since:.1f} s")
-        assert gap < 2.0
+        assert gap < _watchdog_sec() / 2
     finally:
         notes.close()
 
@@ -139,13 +155,16 @@ def _many_patterns(folder: Path, count: int) -> None:
 @pytest.mark.slow
 def test_a_very_large_reload_keeps_the_watchdog_fed(rig: Rig) -> None:
     """Case 13b, scaled down to 1,500 generated signatures. Before: the reload ran on the pump
-    thread and the watchdog went unfed while it compiled (77 s for the issue's reload). Now the
-    set is loaded on a worker thread and swapped in by the pump when ready: no gap over 2 s,
-    and lines written during the reload are read once."""
+    thread and the watchdog went unfed while it compiled (77 s for the issue's reload): no
+    WATCHDOG=1 between the daemon's RELOADING=1 and READY=1. Now the set is loaded on a worker
+    thread and swapped in by the pump when ready: the pump feeds the watchdog while it
+    compiles (the test counts the pings between the two notifications, an order of events,
+    not a speed; it once held the gap to 2 s, which a busy machine exceeds), and lines
+    written during the reload are read once."""
     notes = Notifications(rig.root / "notify.sock")
     try:
         d = rig.start(env={"NOTIFY_SOCKET": str(notes.path)})
-        assert notes.ready.wait(20)
+        assert notes.ready.wait(120)
         d.wait_started()
         _many_patterns(rig.patterns / "gen", 1500)
         since = time.monotonic()
@@ -157,8 +176,11 @@ def test_a_very_large_reload_keeps_the_watchdog_fed(rig: Rig) -> None:
         until = time.monotonic()
         assert {} == dup(got)
         gap = notes.max_gap(since, until)
+        started = next(t for t in notes.reloading if t >= since)
+        done = next(t for t in notes.readies if t >= started)
+        fed = [t for t in notes.pings if started < t < done]
         print(f"reload of 1,500 signatures: longest watchdog gap {gap:.2f} s, "
-              f"done in {until - since:.1f} s")
-        assert gap < 2.0
+              f"{len(fed)} watchdog pings during the {done - started:.1f} s compile")
+        assert len(fed) >= 2
     finally:
         notes.close()

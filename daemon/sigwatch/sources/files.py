@@ -700,7 +700,9 @@ class FileSource:
         if tailers:
             self._progress_cache = None
         self._behind = []
-        for tailer in tailers:
+        for count, tailer in enumerate(tailers):
+            if count % 64 == 63:
+                self._beat()  # thousands of files in one pass: the watchdog stays fed
             changes, seen_at = tailer.changes, tailer.seen_at
             tailer.check_path(now, self._resume_for(tailer.source, tailer.path))
             if tailer.changes != changes:
