@@ -67,7 +67,7 @@ class Running:
 
     def kill(self) -> None:
         self.d.proc.send_signal(signal.SIGKILL)
-        self.d.proc.wait(timeout=10)
+        self.d.proc.wait(timeout=30)
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout``; returns the exit status of the SIGTERM

@@ -105,7 +105,7 @@ class Parked:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                return self.proc.wait(timeout=20)
+                return self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         return self.proc.wait()
