@@ -100,7 +100,14 @@ class Detector(Protocol):
         ...
 
     def held(self, handle: int) -> tuple[int, ...]:
-        """Positions of detections held back (not delivered yet) for ``handle``."""
+        """Positions of detections held back (not delivered yet) for ``handle``.
+
+        A position names every detection on its line: after a restart the replay delivers again
+        whatever is found on a pending line. A detector whose class sets ``held_gives_way =
+        True`` (one that ranks below the others: the generic layer) has its held positions
+        dropped where some other detection was already delivered, so that one is not delivered
+        twice; the held one is then lost if the daemon dies before it is released.
+        """
         ...
 
     def snapshot(self) -> object:
@@ -147,19 +154,27 @@ class Chunk:
     a line's own time (its timestamp) is parsed only when asked (``time``), once.
     """
 
-    __slots__ = ("_parts", "_select", "_times", "cache", "data", "lines", "mask",
-                 "replay_below", "seg_time", "stream")
+    __slots__ = ("_parts", "_recent", "_select", "_times", "base", "base_lineno", "cache",
+                 "data", "lines", "mask", "replay_below", "seg_time", "stream")
 
     def __init__(self, stream: StreamContext, data: bytes, lines: list[ChunkLine],
                  replay_below: int, seg_time: float | None = None,
-                 mask: Callable[[Sequence[re.Pattern[bytes]]], int] | None = None) -> None:
-        """``mask``: the bits ``ChunkLine.interests`` uses for given interest patterns."""
+                 mask: Callable[[Sequence[re.Pattern[bytes]]], int] | None = None, *,
+                 base: int = 0, base_lineno: int = 0,
+                 recent: Callable[[int], RecentLines] | None = None) -> None:
+        """``mask``: the bits ``ChunkLine.interests`` uses for given interest patterns.
+        ``base``/``base_lineno``: the stream position of ``data[0]`` and the number of the
+        line before it (a detector that reads lines no interest selected numbers them);
+        ``recent``: the lines before a line start, across the chunk boundary."""
         self.mask = mask or (lambda _patterns: 0)
         self.stream = stream
         self.data = data
         self.lines = lines
         self.replay_below = replay_below
         self.seg_time = seg_time
+        self.base = base
+        self.base_lineno = base_lineno
+        self._recent = recent
         self.cache: dict[object, object] = {}
         self._parts: dict[int, list[Part]] = {}
         self._times: dict[int, list[float | None]] = {}
@@ -197,6 +212,33 @@ class Chunk:
     def replaying(self, line: ChunkLine) -> bool:
         return line.offset < self.replay_below
 
+    def before(self, start: int) -> RecentLines:
+        """The lines before the line starting at ``data[start]`` (those of earlier chunks too,
+        as far as the stream's tail reaches)."""
+        if self._recent is not None:
+            return self._recent(start)
+        return _ChunkOnly(self.data, start)
+
+
+class _ChunkOnly:
+    """``RecentLines`` within one chunk (a chunk built without the stream's tail)."""
+
+    __slots__ = ("_data", "_start")
+
+    def __init__(self, data: bytes, start: int) -> None:
+        self._data, self._start = data, start
+
+    def before(self, count: int, rank: str | None = None) -> list[str]:
+        out: list[str] = []
+        pos = self._start
+        while len(out) < count and pos > 0:
+            prev = self._data.rfind(b"\n", 0, pos - 1) + 1
+            parts = normalize(self._data[prev:pos - 1].decode("utf-8", "replace"))
+            out[:0] = [text for line_rank, text in parts
+                       if rank is None or line_rank is None or line_rank == rank]
+            pos = prev
+        return out[-count:] if count else []
+
 
 @runtime_checkable
 class ChunkDetector(Protocol):
@@ -216,6 +258,12 @@ class ChunkDetector(Protocol):
     def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
         """Take the lines ``chunk.select(mask)`` returns; return what they complete."""
         ...
+
+
+# A per-chunk detector may also define ``following(handle) -> bool``: True while it reads a
+# multi-line record of that stream line by line (a traceback not finished at the end of the
+# last chunk). The runtime then hands it the next chunk even when no interest selected any of
+# its lines (``chunk.data`` holds them all; ``base``/``base_lineno`` place them).
 
 
 def interests_of(detector: object) -> tuple[re.Pattern[bytes], ...]:
