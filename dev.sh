@@ -2,6 +2,7 @@
 # sigwatch's single entry point for a fresh Debian machine. Installs what it needs itself.
 #   ./dev.sh run [ARGS...]    run the daemon (default configuration unless ARGS say otherwise)
 #   ./dev.sh test [PYTEST...]  run the whole test suite (what CI runs)
+#   ./dev.sh test-loaded [PYTEST...]  the suite RUNS times (3) while both cores are kept busy
 #   ./dev.sh recall [--misses]  recall and false alarms on the real corpus (tests/corpus/real)
 #   ./dev.sh package           the wheel and the .deb into dist/ (docs/deploy.md)
 #   ./dev.sh bench | reliability | mutations | catalogue | coverage | venv
@@ -47,6 +48,29 @@ case "$cmd" in
   test)
     venv
     exec "$PY" -m pytest -q -p no:cacheprovider "$@" ;;
+  test-loaded)
+    # The suite must pass on a busy machine: stress-ng (Debian) keeps every core busy while
+    # it runs RUNS times in a row; each run's result and duration are printed.
+    venv
+    runs=${RUNS:-3}
+    command -v stress-ng >/dev/null || { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+      && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+         stress-ng >/dev/null 2>&1; } || true
+    load=()
+    if command -v stress-ng >/dev/null; then
+      stress-ng --cpu "$(nproc)" --quiet & load+=($!)
+    else  # two busy loops per core would do as well
+      for _ in $(seq "$(nproc)"); do yes >/dev/null & load+=($!); done
+    fi
+    trap 'kill "${load[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
+    failed=0
+    for run in $(seq "$runs"); do
+      start=$(date +%s)
+      if "$PY" -m pytest -q -p no:cacheprovider "$@"; then result=passed; else result=FAILED; failed=1; fi
+      echo "dev.sh: loaded run $run/$runs $result in $(( $(date +%s) - start )) s" \
+           "(load average $(cut -d' ' -f1-3 /proc/loadavg))"
+    done
+    exit $failed ;;
   bench) venv; exec "$PY" bench/run_bench.py "$@" ;;
   reliability) venv; exec "$PY" bench/reliability.py "$@" ;;
   mutations) venv; exec "$PY" bench/mutations.py "$@" ;;
@@ -65,5 +89,5 @@ case "$cmd" in
     /usr/bin/python3 deploy/debian/build_deb.py --wheel "$wheel" --out "$dist" "$@"
     ls -l "$dist" ;;
   catalogue) venv; "$VENV/bin/sigwatch" patterns catalogue > patterns/README.md ;;
-  *) sed -n '2,8p' "$0"; exit 2 ;;
+  *) sed -n '2,9p' "$0"; exit 2 ;;
 esac

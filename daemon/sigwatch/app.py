@@ -248,6 +248,7 @@ class Daemon:
         self.ready = threading.Event()
         self.http_port: int | None = None
         self.source_names: list[str] = []
+        self._state_problem: str | None = None
 
     def serve_http(self) -> None:
         """Bind the listener first: a port in use is a start-up error (exit status 2)."""
@@ -302,6 +303,27 @@ class Daemon:
                   for f in (self.faults.open_faults() if self.faults is not None else ())]
         self.verdict.update(clock.time(), mono, faults, problems, names)
 
+    def _say_state(self) -> None:
+        """Ready, or degraded while the state directory cannot take a checkpoint (read-only,
+        full): reading and reporting go on, but a restart would read lines again or skip
+        them. Said on ``/-/ready`` and in systemd's status; also counted
+        (``sigwatch_checkpoint_errors_total``, alert ``SigwatchCheckpointFailing``)."""
+        problem = self.runtime.checkpoint_problem
+        if problem == self._state_problem:
+            return
+        self._state_problem = problem
+        store = self.runtime.store
+        where = store.state_dir if store is not None else ""
+        if problem:
+            why = (f"state directory {where} unusable ({problem}): detections are reported, "
+                   "offsets are not saved")
+            sd_notify(f"STATUS=degraded: {why}")
+        else:
+            why = ""
+            sd_notify(f"STATUS={self.runtime.status_line()}")
+        if self.liveness is not None:
+            self.liveness.set_ready(not problem, why)
+
     def _run(self) -> None:
         from sigwatch.runtime.waking import FdWaker
         from sigwatch.sources.files import FileSource, TailOptions
@@ -336,8 +358,7 @@ class Daemon:
         sd_notify(f"READY=1\nSTATUS={self.runtime.status_line()}")
         self._beat()
         self.report(force=True)
-        if self.liveness is not None:
-            self.liveness.set_ready()
+        self._say_state()
         self.ready.set()
         try:
             while not self.stopping.is_set():
@@ -345,6 +366,7 @@ class Daemon:
                 waker.polled()
                 self._beat()
                 self.report()
+                self._say_state()
                 for sink in self.queued:
                     self.metrics.sink_queue_depth.labels(sink.name).set(sink.depth())
                 if progressed:
@@ -617,31 +639,30 @@ def raise_fd_limit() -> None:
 def run_daemon(config: Config) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status.
 
-    Raises ``InstanceLockedError`` (exit status 2, one line) when another daemon holds the
-    state directory: checked before anything is opened or logged.
+    Exit status 2 with one line when another daemon holds the state directory, or when the
+    directory cannot be made or opened (then it cannot be locked, and a daemon never runs
+    without its lock): checked before anything is opened or logged. A directory that can be
+    locked but not written (read-only, full) is run degraded: see ``Daemon``.
     """
     from sigwatch.process import EarlySignals, InstanceLock, InstanceLockedError
     from sigwatch.telemetry.logging import configure_logging
 
     early = EarlySignals.install()
     lock = InstanceLock(config.state_dir)
-    lock_error = ""
     try:
         lock.acquire()
     except InstanceLockedError as exc:
         raise SigwatchError(str(exc)) from None
-    except OSError as exc:  # an unusable state dir is reported below; tailing goes on
-        lock_error = str(exc)
+    except OSError as exc:
+        raise SigwatchError(f"state directory {config.state_dir} cannot be locked: "
+                            f"{exc.strerror}; refusing to run without the instance lock"
+                            ) from None
     fmt = None if config.log_format == "auto" else config.log_format == "json"
     configure_logging(json=fmt, level=config.log_level)
     raise_fd_limit()
-    try:
-        config.state_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        log.error("state_dir_unusable", state_dir=str(config.state_dir), error=str(exc))
-    if lock_error:
-        log.error("instance_lock_unavailable", state_dir=str(config.state_dir),
-                  error=lock_error)
+    if lock.problem:
+        log.warning("instance_lock_file_unusable", state_dir=str(config.state_dir),
+                    error=lock.problem, note="the state directory itself is locked")
     daemon = build_daemon(config)
 
     def on_stop(signum: int, _frame: FrameType | None) -> None:

@@ -226,8 +226,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     if argv is None and sys.argv[1:2] == ["run"]:
-        # Before anything slow: a SIGHUP during start-up must not kill the daemon.
-        from sigwatch.process import EarlySignals
+        # Called directly (not through sigwatch.entry): at least before anything slow.
+        from sigwatch.entry import EarlySignals
 
         EarlySignals.install()
     given = sys.argv[1:] if argv is None else list(argv)

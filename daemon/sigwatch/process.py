@@ -1,50 +1,23 @@
 """Process-level guards of ``sigwatch run``: signals caught from the first instant, one
 daemon per state directory.
 
-``EarlySignals`` is installed first thing in ``main``: until the daemon is built, SIGHUP and
-SIGTERM only set flags (the default action of SIGHUP would kill a daemon still loading its
-patterns); ``run_daemon`` hands them over to the real handlers. ``InstanceLock`` is an
-``flock`` on ``<state_dir>/lock`` held for the daemon's life: a second daemon on the same state
-would report everything twice and overwrite the checkpoint, so it is refused at start-up.
+``EarlySignals`` (``sigwatch.entry``, re-exported here) is installed by the entry point before
+anything else is imported: until the daemon is built, SIGHUP and SIGTERM only set flags (the
+default action of SIGHUP would kill a daemon still loading its patterns); ``run_daemon`` hands
+them over to the real handlers. ``InstanceLock`` is an ``flock`` on ``<state_dir>/lock`` held
+for the daemon's life: a second daemon on the same state would report everything twice and
+overwrite the checkpoint, so it is refused at start-up.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
-import signal
 from pathlib import Path
-from types import FrameType
+
+from sigwatch.entry import EarlySignals
 
 __all__ = ["EarlySignals", "InstanceLock", "InstanceLockedError"]
-
-
-class EarlySignals:
-    """Remember SIGHUP/SIGTERM/SIGINT received before the daemon can act on them."""
-
-    installed: EarlySignals | None = None
-
-    def __init__(self) -> None:
-        self.reload = False
-        self.stop: int | None = None
-
-    @classmethod
-    def install(cls) -> EarlySignals:
-        """Install the flag-setting handlers (idempotent); returns the recorder."""
-        if cls.installed is None:
-            early = cls()
-            for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(ValueError, OSError):  # not the main thread
-                    signal.signal(sig, early._note)
-            cls.installed = early
-        return cls.installed
-
-    def _note(self, signum: int, _frame: FrameType | None) -> None:
-        if signum == signal.SIGHUP:
-            self.reload = True
-        else:
-            self.stop = signum
 
 
 class InstanceLockedError(Exception):
@@ -62,30 +35,71 @@ class InstanceLockedError(Exception):
 
 
 class InstanceLock:
-    """An exclusive ``flock`` on ``<state_dir>/lock``; released when the process ends."""
+    """An exclusive ``flock`` on the state directory itself and on ``<state_dir>/lock``, held
+    for the process's life.
+
+    The directory's lock needs nothing written: it holds on a read-only or full file system,
+    where the lock file may not exist and cannot be made. The lock file (kept for older
+    daemons and for ``sigwatch health``, which reads our PID from it) is taken too whenever it
+    can be opened; writing our PID into it is best effort. ``problem`` says why the lock file
+    could not be used (empty when it could).
+    """
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.path = state_dir / "lock"
-        self._fd: int | None = None
+        self.problem = ""
+        self._fds: list[int] = []
 
     def acquire(self) -> None:
-        """Take the lock or raise ``InstanceLockedError``; writes our PID into the file."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        """Take both locks or raise ``InstanceLockedError``. Raises ``OSError`` when the
+        directory cannot be made or opened: then no lock can be held at all."""
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            if not self.state_dir.is_dir():
+                raise
+        folder = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._take(folder)
+        fd = self._open_lock_file()
+        if fd is not None:
+            self._take(fd)
+            self._write_pid(fd)
+
+    def _take(self, fd: int) -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            try:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            finally:
-                os.close(fd)
-            raise InstanceLockedError(self.state_dir, holder) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+            os.close(fd)
+            self.release()
+            raise InstanceLockedError(self.state_dir, self._holder()) from None
+        self._fds.append(fd)
+
+    def _open_lock_file(self) -> int | None:
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            self.problem = f"{self.path}: {exc.strerror}"
+        try:  # read-only file system: an existing lock file can still be locked
+            return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+
+    def _write_pid(self, fd: int) -> None:
+        pid = f"{os.getpid()}\n".encode()
+        try:
+            os.pwrite(fd, pid, 0)
+            os.ftruncate(fd, len(pid))
+        except OSError as exc:
+            self.problem = self.problem or f"{self.path}: {exc.strerror}"
+
+    def _holder(self) -> str:
+        try:
+            with open(self.path, "rb") as fh:
+                return fh.read(32).decode(errors="replace").strip()
+        except OSError:
+            return ""
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        while self._fds:
+            os.close(self._fds.pop())

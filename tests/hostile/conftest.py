@@ -57,7 +57,7 @@ class Running:
     def metric(self, name: str, **labels: str) -> float | None:
         return metric(self.port, name, **labels)
 
-    def wait_started(self, timeout: float = 20.0) -> None:
+    def wait_started(self, timeout: float = 120.0) -> None:
         def started() -> bool:
             if not self.alive():
                 pytest.fail(f"daemon exited ({self.d.proc.returncode}): {self.d.stderr()[-2000:]}")
@@ -67,9 +67,9 @@ class Running:
 
     def kill(self) -> None:
         self.d.proc.send_signal(signal.SIGKILL)
-        self.d.proc.wait(timeout=10)
+        self.d.proc.wait(timeout=30)
 
-    def stop(self, timeout: float = 5.0) -> int | None:
+    def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout``; returns the exit status of the SIGTERM
         (None when it had to be killed)."""
         proc = self.d.proc
@@ -123,7 +123,7 @@ class Rig:
             out += read_event_seqs(path)
         return out
 
-    def wait_seqs(self, expected: Iterable[int], *paths: Path, timeout: float = 20.0,
+    def wait_seqs(self, expected: Iterable[int], *paths: Path, timeout: float = 60.0,
                   daemon: Running | None = None) -> list[int]:
         want = set(expected)
 

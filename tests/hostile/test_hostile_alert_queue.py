@@ -71,11 +71,11 @@ def test_a_page_raised_while_alertmanager_hangs_survives_sigkill(
     lines = d.metric("sigwatch_lines_total") or 0
     with open(rig.logs / "app.log", "ab") as fh:
         fh.write(b"INFO a later line\n")
-    wait_for(lambda: (d.metric("sigwatch_lines_total") or 0) > lines, timeout=20,
+    wait_for(lambda: (d.metric("sigwatch_lines_total") or 0) > lines, timeout=120,
              what="the later line read")
     commits = d.metric("sigwatch_checkpoint_writes_total") or 0
     wait_for(lambda: (d.metric("sigwatch_checkpoint_writes_total") or 0) > commits,
-             timeout=20, what="a checkpoint that commits the line")
+             timeout=120, what="a checkpoint that commits the line")
     d.kill()  # while the post hangs
 
     pager = WebhookReceiver()

@@ -74,7 +74,7 @@ def test_a_second_daemon_on_the_same_state_directory_is_refused(rig: Rig) -> Non
     first = rig.start()
     first.wait_started()
     second = rig.start()
-    assert 2 == second.d.proc.wait(timeout=20)
+    assert 2 == second.d.proc.wait(timeout=120)
     lines = [ln for ln in second.stderr().splitlines() if ln.strip()]
     assert 1 == len(lines), lines
     assert str(rig.state) in lines[0]

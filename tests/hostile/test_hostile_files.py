@@ -54,13 +54,13 @@ def test_fifo_socket_and_device_under_a_glob_never_block_and_are_refused(rig: Ri
     written = write_lines(rig.logs / "good.log", range(1, 51))
     d = rig.start()
     try:
-        got = rig.wait_seqs(written, daemon=d, timeout=15)
+        got = rig.wait_seqs(written, daemon=d, timeout=120)
         assert {} == dup(got)
         refused = d.metric("sigwatch_file_errors_total", reason="not_regular")
         assert specials == refused
-        started = time.monotonic()
-        assert 0 == d.stop(timeout=5)
-        assert time.monotonic() - started < 5
+        started = time.monotonic()  # before: never (blocked in open); 30 s: a busy machine
+        assert 0 == d.stop(timeout=30)
+        assert time.monotonic() - started < 30
     finally:
         sock.close()
 
@@ -102,7 +102,7 @@ def test_two_symlink_loops_under_a_globstar_cost_no_cpu(rig: Rig) -> None:
     written = write_lines(rig.logs / "a" / "x.log", [1])
     written += write_lines(rig.logs / "b" / "y.log", [2])
     d = rig.start(watch=str(rig.logs / "**" / "*.log"), config="rescan_interval = 1.0\n")
-    got = rig.wait_seqs(written, daemon=d, timeout=20)
+    got = rig.wait_seqs(written, daemon=d, timeout=120)
     assert {} == dup(got)
     before = cpu_seconds(d.pid)
     started = time.monotonic()

@@ -49,9 +49,34 @@ while True:
     signal.pause()
 """
 
+LAUNCHER = f"""\
+import os, sys, time
+# A launcher whose worker is still flushing when the launcher itself exits (torchrun, mpirun).
+parent = os.getpid()
+if os.fork() == 0:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the launcher has exited and been reaped
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.005)
+    out = sys.stdout.buffer
+    for i in range(3000):  # far more than a pipe holds: written while sigwatch reads
+        out.write(b"worker step %d loss 0.5 " % i + b"x" * 60 + b"\\n")
+    out.flush()
+    sys.stderr.write("{INCIDENT}\\n")
+    sys.stderr.flush()
+    os._exit(0)
+sys.stdout.write("launcher done\\n")
+sys.stdout.flush()
+sys.exit(1)
+"""
+
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(REPO / "daemon"))
+    # A PYTHONPATH already given wins: ``bench/mutations.py`` points it at a mutated copy.
+    return dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH") or str(REPO / "daemon"))
 
 
 def _exec(tmp: Path, *command: str, **kw: object) -> subprocess.Popen[bytes]:
@@ -121,6 +146,26 @@ class TestExecPassThrough:
         assert 1 == len(exits)
         assert "cuda_illegal_memory_access" == exits[0]["root_cause"]["signature"]  # type: ignore[index]
         assert "3" == exits[0]["facts"]["exit_status"]  # type: ignore[index]
+
+    def test_output_of_workers_still_flushing_after_the_command_exits_is_kept(
+            self, tmp_path: Path) -> None:
+        """The command (a launcher) exits first; its worker writes 3,000 lines and then the
+        incident only once the launcher has been reaped. All of it passes through and the
+        incident is matched: exec waits for the output to end, not only for the command."""
+        script = tmp_path / "launcher.py"
+        script.write_text(LAUNCHER)
+
+        proc = _exec(tmp_path, sys.executable, str(script), stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=120)
+
+        assert 1 == proc.returncode
+        lines = out.splitlines()
+        assert b"launcher done" == lines[0]
+        assert 3001 == len(lines)
+        assert INCIDENT.encode() in err
+        signatures = [e["signature"] for e in _events(tmp_path)]
+        assert "cuda_illegal_memory_access" in signatures
 
     def test_a_clean_exit_is_no_detection(self, tmp_path: Path) -> None:
         proc = _exec(tmp_path, sys.executable, "-c", "print('fine')",
@@ -221,12 +266,16 @@ class TestExecSignals:
 
     @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
     def test_sigint_and_sighup_are_forwarded(self, tmp_path: Path, signum: int) -> None:
-        """The child gets the signal we got; dying of it, its 128+N is our status."""
+        """The child gets the signal we got; dying of it, its 128+N is our status.
+
+        The child waits for signals only (``signal.pause``): nothing else can end it. (It
+        used to wait on its stdin, which ``communicate`` closes: on a busy machine the end
+        of file sometimes came before the forwarded signal, and the child exited 0.)"""
         code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
-                " signal.signal(signal.SIGHUP, signal.SIG_DFL);"
-                " print('ready', flush=True); sys.stdin.read()")  # a background job ignores them
+                " signal.signal(signal.SIGHUP, signal.SIG_DFL);"  # a background job ignores them
+                " print('ready', flush=True)\nwhile True: signal.pause()")
         proc = _exec(tmp_path, sys.executable, "-c", code, stdout=subprocess.PIPE,
-                     stderr=subprocess.PIPE, stdin=subprocess.PIPE)
+                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         assert proc.stdout is not None
         try:
             assert b"ready\n" == _read_line(proc.stdout.fileno())

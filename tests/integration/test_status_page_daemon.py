@@ -79,7 +79,7 @@ def test_on_call_opens_the_real_daemons_page_and_sees_the_story(
     wait_for(lambda: _get(base + "/-/ready")[0] == 200, timeout=20, what="readiness")
     with open(tmp_path / "logs" / "train.log", "ab") as fh:
         fh.write(b"step 10 loss 2.1\n" + CONTEXT + HTML_LINE + BAD_UTF8)
-    wait_for(lambda: len(_detections(base)) >= 2, timeout=20, what="two detections")
+    wait_for(lambda: len(_detections(base)) >= 2, timeout=120, what="two detections")
     found = _detections(base)
     html = next(d for d in found if SCRIPT in str(d["text"]))
 

@@ -96,9 +96,12 @@ def read_event_seqs(path: Path) -> list[int]:
     return [seq for seq, _doc in read_seq_events(path)]
 
 
-def start_daemon_process(tmp: Path) -> subprocess.Popen[bytes]:
-    """The real ``sigwatch run`` on tmp/logs/*.log with tmp/patterns; stderr to daemon.log."""
-    env = dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH") or str(REPO / "daemon"))
+def start_daemon_process(tmp: Path, env: dict[str, str] | None = None,
+                         ) -> subprocess.Popen[bytes]:
+    """The real ``sigwatch run`` on tmp/logs/*.log with tmp/patterns; stderr to daemon.log.
+    ``env`` adds to the environment (``NOTIFY_SOCKET``, say)."""
+    env = dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH") or str(REPO / "daemon"),
+               **(env or {}))
     cmd = [sys.executable, "-m", "sigwatch", "run", "--watch", str(tmp / "logs" / "*.log"),
            "--events", str(tmp / "events.jsonl"), "--state-dir", str(tmp / "state"),
            "--listen", "127.0.0.1:0", "--patterns", str(tmp / "patterns"),

@@ -5,7 +5,8 @@ tests (``test_model_integer_source.py``), with the real readers:
 
 * ``JournalSource`` running ``tests/support/fake_journalctl.py``, which plays a recorded
   ``journalctl -o json`` stream and honours ``--after-cursor``: restarts (graceful or a crash
-  between two passes) must resume at the cursor with no replay and no gap;
+  between two passes) and journalctl ending under us (killed, maybe with entries still in its
+  pipe) must resume at the cursor with no replay and no gap;
 * ``KmsgSource`` on a recorded ``/dev/kmsg`` stream (``pri,seq,usec,flags;text`` records):
   sequence-number gaps (the ring buffer overwrote records) must be counted as loss, never
   silent, and a reboot (a new boot id, sequence numbers from 0) starts the new boot fresh.
@@ -206,6 +207,15 @@ class JournalMachine(_RecordsMachine):
         assert isinstance(source, JournalSource)
         last = source.cursor or ""
         return last.endswith(f";i={self.count:x};b=boot;m=1;t=1;x=1") or self.count == 0
+
+    @rule()
+    def journalctl_ends(self) -> None:
+        """journalctl is killed (or its journal rotated away under it), maybe with entries
+        still in its pipe: the source starts it again after the last handed-out cursor."""
+        source = self.current
+        if isinstance(source, JournalSource) and source.proc is not None:
+            source.proc.kill()
+            source.proc.wait()
 
     def kill_source(self) -> None:
         for source in self.sources:

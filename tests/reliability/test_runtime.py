@@ -141,3 +141,38 @@ def test_a_v1_checkpoint_is_migrated_with_nothing_reread_or_skipped(tmp_path: Pa
     assert {} == duplicates(got)
     assert sorted(w.written) == sorted(got)
     assert 0 == h.counter("sigwatch_checkpoint_recoveries_total")
+
+
+def test_a_corrupt_checkpoint_resumes_from_the_previous_generation(tmp_path: Path) -> None:
+    """The newest checkpoint is unreadable (a torn write on a failing disk, a bit flip). The
+    generation before it is used: files resume from its offsets (only what came after it is
+    read again, never everything from byte 0) and detector state comes back from it, so a
+    deadline that had fired does not fire again. Without that generation, the cursors and
+    the detector state would both be lost."""
+    h = Harness(tmp_path, detector_factory=lambda clock: [DeadlineOnlyDetector(clock, 600)],
+                options=TailOptions(checkpoint_interval=1e9))  # commits only when told
+    w = Writer(h.logs / "app.log", filler=1)
+    h.start()
+    w.lines(20)
+    h.pump()
+    h.tick(601)  # the deadline fires
+    h.service.commit(force=True)  # type: ignore[union-attr]  # the previous generation
+    w.lines(10)
+    h.pump()
+    h.service.commit(force=True)  # type: ignore[union-attr]  # the newest one
+    read_before = h.counter("sigwatch_lines_total")
+    h.crash()
+    (h.state / "checkpoint.json").write_bytes(b'{"version":2,"crc":1,"bo')
+    w.lines(5)
+
+    h.start()
+    h.tick(5000)
+    h.settle()
+
+    assert 1 == h.counter("sigwatch_checkpoint_recoveries_total", mode="previous")
+    assert 0 == h.counter("sigwatch_checkpoint_recoveries_total", mode="corrupt")
+    assert 1 == len(_deadline_events(h.events))
+    assert 60 == read_before
+    assert read_before + 2 * (10 + 5) == h.counter("sigwatch_lines_total")  # not 2 * 35
+    assert {} == duplicates(h.seqs())
+    assert sorted(w.written) == sorted(h.seqs())

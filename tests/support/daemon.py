@@ -24,8 +24,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "") -> object:
-    """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds."""
+def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "") -> object:
+    """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds (a generous
+    bound: a busy 2-core machine takes seconds for what takes milliseconds when idle)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -74,7 +75,7 @@ class DaemonProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -82,10 +83,11 @@ class DaemonProcess:
         return self.proc.returncode
 
 
-def wait_started(port: int) -> None:
-    """Wait until the daemon has opened its files and written its first checkpoint."""
+def wait_started(port: int, timeout: float = 120.0) -> None:
+    """Wait until the daemon has opened its files and written its first checkpoint (start-up
+    loads the whole library: 0.5 s idle, over 10 s with both cores busy)."""
     def started() -> bool:
         value = sample(scrape(port), "sigwatch_checkpoint_writes_total")
         return value is not None and value >= 1
 
-    wait_for(started, what="the daemon's first checkpoint")
+    wait_for(started, timeout=timeout, what="the daemon's first checkpoint")

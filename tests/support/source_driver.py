@@ -128,7 +128,7 @@ class SourceDriver:
             if not self.source.more_waiting():
                 return count
 
-    def poll_until(self, condition: Callable[[], object], timeout: float = 10.0,
+    def poll_until(self, condition: Callable[[], object], timeout: float = 60.0,
                    what: str = "") -> None:
         """Poll until ``condition()`` holds; waits on the source's descriptors in between."""
         deadline = time.monotonic() + timeout

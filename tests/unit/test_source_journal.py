@@ -183,6 +183,55 @@ def test_journalctl_exiting_is_restarted_from_the_last_cursor(journal: Journal) 
     d.stop()
 
 
+@pytest.mark.parametrize("how", ["exits after a rotation", "is killed"])
+def test_entries_printed_just_before_journalctl_ends_are_delivered_once(
+        journal: Journal, how: str) -> None:
+    """journalctl prints entries and ends before we read them (the journal was rotated away
+    under it, or something killed it): they sit in the pipe before its end of file. They are
+    delivered exactly once, from the pipe or read again after the last handed-out cursor;
+    never dropped with the dead process, never skipped by the restart."""
+    journal.add("a")
+    d = SourceDriver(make(journal))
+    source = d.start()
+    assert isinstance(source, JournalSource)
+    d.poll_until(lambda: len(d.delivered) == 1)
+    journalctl = source.proc
+    assert journalctl is not None
+
+    journal.add("b")
+    journal.add("c")
+    printed = sum(len(x) + 1 for x in journal.file.read_text().splitlines()[1:])
+    _wait_until(lambda: _unread(source) >= printed, what="b and c in the pipe")
+    if how == "is killed":
+        journalctl.kill()
+    else:
+        (journal.dir / "exit").write_text("")
+    _wait_until(lambda: journalctl.poll() is not None, what="journalctl to end")
+    d.poll_until(lambda: len(d.delivered) >= 3 and source.restarts >= 1,
+                 what="b and c after journalctl ended")
+
+    assert ["a", "b", "c"] == d.texts()
+    assert [] == d.duplicates()
+    d.stop()
+
+
+def _unread(source: JournalSource) -> int:
+    from sigwatch.sources.journal import _unread_bytes
+
+    return _unread_bytes(source.fds())
+
+
+def _wait_until(condition: Callable[[], object], *, what: str, timeout: float = 30.0) -> None:
+    """Wait without polling the source (its pipe must fill up untouched)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
 def test_entries_of_other_units_are_not_read(journal: Journal) -> None:
     journal.add("sshd noise", unit="ssh.service", ident="sshd")
     journal.add("ours")

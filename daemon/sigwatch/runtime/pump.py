@@ -66,6 +66,9 @@ class Runtime:
         self._next_commit = 0.0
         self._dirty = False
         self._checkpoint_failing = False
+        # Why the last checkpoint could not be written ("" when it was): the daemon says so
+        # on /-/ready and in systemd's status while it lasts.
+        self.checkpoint_problem = ""
         self._progress: dict[str, tuple[float | None, Any, float | None]] = {}
         # Each source numbers its own streams; with several sources the pipeline sees
         # runtime-wide handles: (source index, source's handle) -> pipeline handle.
@@ -276,11 +279,13 @@ class Runtime:
                 log.error("checkpoint_write_failed", error=str(exc),
                           state_dir=str(self.store.state_dir))
             self._checkpoint_failing = True
+            self.checkpoint_problem = exc.strerror or str(exc)
             self._next_commit = self.clock.monotonic() + max(self.checkpoint_interval, 1.0)
             return
         if self._checkpoint_failing:
             log.info("checkpoint_write_recovered")
         self._checkpoint_failing = False
+        self.checkpoint_problem = ""
         self._dirty = False
         self._next_commit = self.clock.monotonic() + self.checkpoint_interval
         if self.metrics:

@@ -119,6 +119,10 @@ class Resume:
     emitted: int = -1
     marker: bytes = b""
     pending: tuple[int, ...] = ()  # detections below `emitted` that were held, not delivered
+    # A copy of this followed file's content (copytruncate): follow its end, read nothing,
+    # until the original has dealt with its truncation (sigwatch.sources.copies).
+    copy_of: FileStream | None = None
+    awaiting_head: bool = False  # may be such a copy: not read before its head is whole
 
 
 class FileStream:
@@ -170,6 +174,11 @@ class FileStream:
             except OSError:
                 self.open_head = b""
         self.replaced_before_read = False
+        self.copy_of: FileStream | None = None
+        self.copy_until = 0  # the original's truncations when the copy was recognised
+        self.awaiting_head = resume.awaiting_head
+        if resume.copy_of is not None:
+            self.follow_copy_of(resume.copy_of)
         try:  # the file's real name: a symlink switched while we are down leaves it there
             self.real_path = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
@@ -240,6 +249,62 @@ class FileStream:
         self.fingerprint = None
         self._info = None
         return unread
+
+    def follow_copy_of(self, original: FileStream) -> None:
+        """This file is a copy of ``original``'s content: read none of it (``original`` does,
+        or reads it from a copy once it sees its truncation)."""
+        self.copy_of = original
+        self.copy_until = original.truncations
+        self.skip_to_end()
+
+    def skip_to_end(self) -> None:
+        """Move to the end of the file without reading (a copy's content is not ours)."""
+        size = self.size()
+        self.last_size = size
+        if size == self.offset:
+            return
+        self.offset = size
+        self.framer.reset(size)
+        self.emitted = max(self.emitted, size)
+        self.pending = ()
+        start = max(0, size - MARKER_BYTES)
+        self.marker = self.committed_marker = self.emitted_marker = os.pread(
+            self.fd, size - start, start)
+        self.open_head = b""
+        if self.fingerprint is None:
+            self._load_head()
+
+    def copy_done(self) -> bool:
+        """True once the original dealt with its truncation (or is gone): the copy is now
+        a file of its own, read from where it ends."""
+        original = self.copy_of
+        if original is None:
+            return True
+        if original.closed or original.truncations != self.copy_until:
+            self.skip_to_end()
+            self.copy_of = None
+            return True
+        return False
+
+    def start_over_at(self, resume: Resume) -> None:
+        """Reposition a stream that has read nothing yet (a possible copy whose head just
+        became whole)."""
+        self.awaiting_head = False
+        if resume.copy_of is not None:
+            self.follow_copy_of(resume.copy_of)
+            return
+        if not resume.offset:
+            return
+        self.offset = resume.offset
+        self.start_lineno = resume.lineno
+        self.emitted = resume.emitted
+        self.pending = resume.pending
+        self.emitted_marker = resume.marker
+        self.framer.reset(resume.offset)
+        start = max(0, resume.offset - MARKER_BYTES)
+        self.marker = self.committed_marker = os.pread(self.fd, resume.offset - start, start)
+        self.open_head = b""
+        self._load_head()
 
     def read(self, budget: int) -> tuple[list[Segment], int]:
         """Read up to ``budget`` bytes; returns the completed segments and the bytes read."""

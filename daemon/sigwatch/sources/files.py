@@ -29,12 +29,21 @@ from sigwatch.sources.base import (
     StreamLines,
     StreamOpened,
 )
+from sigwatch.sources.copies import (
+    ReadContent,
+    ReadHistory,
+    copy_holds,
+    hash_of_head,
+    originals_of,
+)
 from sigwatch.sources.discovery import (
     SourceSpec,
     expand_sources_counted,
     pattern_root,
 )
 from sigwatch.sources.file import (
+    HEAD_BYTES,
+    MARKER_BYTES,
     RECORD_MARKER_BYTES,
     Draining,
     FileRecord,
@@ -201,6 +210,9 @@ class FileSource:
         self._by_identity: dict[tuple[int, int], tuple[FileTailer, FileStream]] | None = None
         self._listings: dict[str, list[os.DirEntry[str]]] | None = None
         self._recover_since = 0.0
+        # What was read of files whose content is gone (copytruncate): a copy found later is
+        # not read again (sigwatch.sources.copies).
+        self._history = ReadHistory()
         roots = {spec.name: tuple(sorted({os.path.realpath(pattern_root(p))
                                           for p in spec.include})) for spec in sources}
         self._allowed = roots if options.confine_to_tree else None
@@ -255,13 +267,11 @@ class FileSource:
                     return Resume(record.offset, record.lineno, record.emitted,
                                   bytes.fromhex(record.marker), tuple(record.pending))
                 if not record.closed:  # a file we were following changed while we were away
-                    log.warning("file_changed_while_down", source=source, path=path,
-                                read_to=record.emitted)
-                    if self.metrics:
-                        self.metrics.truncations.labels(source).inc()
-                    self.observer.data_loss(source, "changed_while_down", path=path,
-                                            read_to=record.emitted)
+                    self._changed_while_down(source, path, record)
                 return Resume()  # else the inode was reused by a new file: read it all
+            copied = self._as_copy(path, st, fd)
+            if copied is not None:
+                return copied
             if self._recovering:
                 fp = head_fingerprint(os.pread(fd, 64, 0))
                 key = f"{st.st_dev}:{st.st_ino}:{fp[1] if fp else ''}"
@@ -270,6 +280,130 @@ class FileSource:
                 return Resume(offset=start_offset_at_end(fd, st.st_size), lineno=0)
             return Resume()
         return resume
+
+    def _changed_while_down(self, source: str, path: str, record: FileRecord) -> None:
+        """Truncated or rewritten while we were down. With a copy next to it that holds what
+        we had read (copytruncate), the copy is read on from there: nothing is lost."""
+        content = ReadContent.of_record(record)
+        self._history.remember(content)
+        if self.metrics:
+            self.metrics.truncations.labels(source).inc()
+        copy = self._find_copy(content) if content is not None else None
+        if copy is not None:
+            log.info("file_copytruncated_while_down", source=source, path=path, copy=copy,
+                     read_to=record.emitted)
+            return
+        log.warning("file_changed_while_down", source=source, path=path,
+                    read_to=record.emitted)
+        self.observer.data_loss(source, "changed_while_down", path=path, read_to=record.emitted)
+
+    def _find_copy(self, content: ReadContent) -> str | None:
+        """A file next to ``content``'s original that holds all of it (copytruncate)."""
+        folder, name = os.path.split(content.path)
+        for entry in self._listing(folder) or []:
+            if not entry.name.startswith(name) or entry.name == name \
+                    or entry.name.endswith(COMPRESSED):
+                continue
+            try:
+                fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+                if (stat_mod.S_ISREG(st.st_mode) and st.st_size >= content.head_len
+                        and hash_of_head(fd, content.head_len) == content.head_hash
+                        and copy_holds(fd, st.st_size, content) == "all"):
+                    return entry.path
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+        return None
+
+    def _as_copy(self, path: str, st: os.stat_result, fd: int) -> Resume | None:
+        """Where a new file starts if it may be a copy of content already read (logrotate's
+        copytruncate, its name extending the original's): a copy of a followed file is
+        followed at its end and never read (``Resume.copy_of``); a copy of content whose file
+        lost it starts where reading stopped; a file whose head is not whole yet waits for it
+        (``awaiting_head``). None: not a copy (see sigwatch.sources.copies)."""
+        try:
+            head = os.pread(fd, HEAD_BYTES, 0)
+        except OSError:
+            return None
+        fingerprint = head_fingerprint(head)
+        size, identity = st.st_size, (st.st_dev, st.st_ino)
+        for original in originals_of(path):
+            tailer = self.tailers.get(original)
+            live = tailer.current if tailer is not None and not tailer.orphan else None
+            if live is not None and live.identity != identity and live.offset:
+                if fingerprint is None:
+                    return Resume(awaiting_head=True)
+                if live.fingerprint == fingerprint and self._is_copy_of_live(live, fd, size):
+                    log.info("copy_of_followed_file", path=path, original=live.path)
+                    return Resume(copy_of=live)
+            gone = self._history.get(original)
+            if gone is not None and fingerprint is not None \
+                    and len(head) >= gone.head_len \
+                    and hashlib.sha256(head[:gone.head_len]).hexdigest()[:16] == gone.head_hash \
+                    and self._still_at(original, gone):
+                held = copy_holds(fd, size, gone)
+                if held:
+                    resume = gone.resume if held == "all" else Resume(size, gone.resume.lineno,
+                                                                      size)
+                    log.info("copy_of_read_content", path=path, original=original,
+                             resumes_at=resume.offset)
+                    return resume
+        return None
+
+    @staticmethod
+    def _is_copy_of_live(original: FileStream, fd: int, size: int) -> bool:
+        """The file holds what ``original`` holds, as far as it goes: the bytes before where
+        we stopped reading (kept), or, for a copy still being written, the bytes at its end
+        compared with the original's own file (as long as that is not truncated)."""
+        content = ReadContent.of_stream(original, 0)
+        if content is not None and copy_holds(fd, size, content):
+            return True
+        if size > original.offset or not size:
+            return False
+        try:
+            if original.size() < original.offset or not original.marker_intact():
+                return False
+            length = min(size, MARKER_BYTES)
+            return os.pread(fd, length, size - length) == os.pread(
+                original.fd, length, size - length)
+        except OSError:
+            return False
+
+    @staticmethod
+    def _still_at(path: str, content: ReadContent) -> bool:
+        """The original is still at its path (truncated in place), not renamed away."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (content.dev, content.ino)
+
+    def _copy_pending(self, stream: FileStream) -> bool:
+        """True while ``stream`` must not be read: a copy of a followed file (until that
+        file dealt with its truncation), or a possible one whose head is not whole yet."""
+        if stream.copy_of is not None:
+            if not stream.copy_done():
+                stream.skip_to_end()
+                return True
+            return False
+        if not stream.awaiting_head:
+            return False
+        try:
+            st = os.fstat(stream.fd)
+            if head_fingerprint(os.pread(stream.fd, HEAD_BYTES, 0)) is None:
+                return True
+            resume = self._as_copy(stream.path, st, stream.fd)
+        except OSError:
+            return False
+        if resume is not None and resume.awaiting_head:
+            return True
+        stream.start_over_at(resume or Resume())
+        return stream.copy_of is not None
 
     @staticmethod
     def _verify(record: FileRecord, st: os.stat_result, fd: int) -> bool:
@@ -477,6 +611,11 @@ class FileSource:
         if not self._globs_reported or self.metrics is not None:
             self._report_globs(found)
         new = [(p, src) for p, src in found.items() if p not in self.tailers]
+        if new and self._records:
+            # Files the checkpoint knows first: an original truncated while we were down is
+            # settled (and remembered) before a copy of it is looked at.
+            known_paths = {r.path for r in self._records.values()}
+            new.sort(key=lambda item: item[0] not in known_paths)
         if new:
             self._by_identity = {s.identity: (t, s) for t in self.tailers.values()
                                  for s in t.streams()}
@@ -561,7 +700,9 @@ class FileSource:
         if tailers:
             self._progress_cache = None
         self._behind = []
-        for tailer in tailers:
+        for count, tailer in enumerate(tailers):
+            if count % 64 == 63:
+                self._beat()  # thousands of files in one pass: the watchdog stays fed
             changes, seen_at = tailer.changes, tailer.seen_at
             tailer.check_path(now, self._resume_for(tailer.source, tailer.path))
             if tailer.changes != changes:
@@ -717,10 +858,15 @@ class FileSource:
     def _pump_stream(self, stream: FileStream) -> Generator[StreamEvent, None, int]:
         """Read one stream's next slice; the generator's value is the bytes read."""
         try:
+            if self._copy_pending(stream):
+                return 0
             if stream.rewritten():
                 read_to = stream.offset
                 copy_found = yield from self._read_copy_gap(stream)
                 read_to = stream.offset
+                entry = self._handles.get(id(stream))
+                self._history.remember(ReadContent.of_stream(
+                    stream, entry[2] if entry is not None else stream.start_lineno))
                 unread = stream.restart_at_zero()
                 self.observer.truncated(stream.source, stream.path, read_to, unread,
                                         stream.size_before, copy_found)
