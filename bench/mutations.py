@@ -68,6 +68,10 @@ MUTATIONS = [
              "if need.position is not None and need.lineno is not None "
              "and need.position < committed:",
              "if False:"),
+    Mutation("step-time regression flag not restored (a restart pages the slowdown again)",
+             "sigwatch/detectors/training.py",
+             'raw.get("run_step"), bool(raw["regressed"]),',
+             'raw.get("run_step"), False,'),
 ]
 
 

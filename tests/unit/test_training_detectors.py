@@ -171,8 +171,11 @@ class TestStepTimeRegression:
         third = _driver(FakeClock())
         for det, state in zip(third.detectors, states, strict=True):
             det.restore(state)
-        again = third.open()
+        # new slow steps written after the restored offset, so that they are judged
+        again = third.open(offset=len(data), lineno=len(lines))
         third.feed_lines(again, run("nanogpt", 50, start=301, slow_from=0))
+        offsets = third.detectors[0].snapshot()["offsets"]  # type: ignore[index]
+        assert max(offsets.values()) > len(data)  # the new lines were judged, not skipped
         assert [] == third.detections  # already reported: no repeat after a second restart
 
 
