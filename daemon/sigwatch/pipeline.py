@@ -14,9 +14,11 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import re
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import structlog
 
@@ -27,8 +29,10 @@ from sigwatch.detectors.base import (
     ChunkLine,
     Detector,
     LineEvent,
+    Prepass,
     StreamContext,
     interests_of,
+    prepass_of,
 )
 from sigwatch.detectors.rootcause import RootCauseCorrelator
 from sigwatch.detectors.signatures import HOLD_SECONDS, SignatureDetector
@@ -119,15 +123,18 @@ class _Recent:
 
 
 class Interests:
-    """Every detector's interest patterns, folded into one pass over a chunk.
+    """Every detector's interest patterns, folded into as few passes over a chunk as possible.
 
     Patterns are deduplicated (two detectors reading progress lines share one); each gets a
     bit. ``scan`` returns, for each line some pattern selects, its end and the bits of every
     pattern that selects it: one ``re`` search over the chunk finds the next selected line, and
-    only on that line are the patterns told apart.
+    only on that line are the patterns told apart. Patterns a prepass covers (``covered``) are
+    searched only on the lines the prepasses did not read (``scan``'s ``skip``): joined, those
+    lines are a fraction of the chunk, and the lines the prepass read cost nothing here.
     """
 
-    def __init__(self, patterns: Sequence[re.Pattern[bytes]]) -> None:
+    def __init__(self, patterns: Sequence[re.Pattern[bytes]],
+                 covered: Sequence[re.Pattern[bytes]] = ()) -> None:
         self.patterns: list[re.Pattern[bytes]] = []
         index: dict[tuple[bytes, int], int] = {}
         for pat in patterns:
@@ -136,20 +143,14 @@ class Interests:
                 index[key] = len(self.patterns)
                 self.patterns.append(pat)
         self._index = index
-        self.combined: re.Pattern[bytes] | None = None
-        if len(self.patterns) > 1:
-            # Joined flat, not each in a group: an alternation whose every branch starts with
-            # a literal byte lets ``re`` skip from candidate byte to candidate byte in C; a
-            # group around a branch would make it try every position.
-            flags = {p.flags for p in self.patterns}
-            try:
-                if len(flags) == 1:
-                    self.combined = re.compile(b"|".join(p.pattern for p in self.patterns),
-                                               flags.pop())
-            except re.error:  # global inline flags in a user pattern: one pass each
-                self.combined = None
-        elif self.patterns:
-            self.combined = self.patterns[0]
+        skip = {(p.pattern, p.flags) for p in covered}
+        whole = [(1 << i, p) for i, p in enumerate(self.patterns)
+                 if (p.pattern, p.flags) not in skip]
+        gaps = [(1 << i, p) for i, p in enumerate(self.patterns)
+                if (p.pattern, p.flags) in skip]
+        self._whole = _Pass(whole)
+        self._gaps = _Pass(gaps)
+        self.combined = self._whole.combined  # the pass over whole chunks (tests look at it)
 
     def mask(self, patterns: Sequence[re.Pattern[bytes]]) -> int:
         bits = 0
@@ -157,18 +158,81 @@ class Interests:
             bits |= 1 << self._index[(pat.pattern, pat.flags)]
         return bits
 
-    def scan(self, data: bytes) -> dict[int, list[int]]:
-        """Line start -> [line end, bits of the patterns that select the line]."""
+    def scan(self, data: bytes,
+             skip: Sequence[tuple[int, int]] = ()) -> dict[int, list[int]]:
+        """Line start -> [line end, bits of the patterns that select the line].
+
+        ``skip``: lines (start, newline index), in order, that the covered patterns need not
+        be searched on.
+        """
         found: dict[int, list[int]] = {}
+        self._whole.scan(data, found)
+        if not self._gaps.patterns:
+            return found
+        if not skip:
+            self._gaps.scan(data, found)
+            return found
+        # The lines between the skipped ones, joined: one search over them, positions mapped
+        # back (each gap is whole lines, so line boundaries stay where they were).
+        gap_starts: list[int] = []
+        pieces: list[bytes] = []
+        pos = 0
+        for start, end in skip:
+            if start > pos:
+                gap_starts.append(pos)
+                pieces.append(data[pos:start])
+            pos = end + 1
+        if pos < len(data):
+            gap_starts.append(pos)
+            pieces.append(data[pos:])
+        if not pieces:
+            return found
+        rest = b"".join(pieces)
+        at = list(accumulate(map(len, pieces), initial=0))
+        hits: dict[int, list[int]] = {}
+        self._gaps.scan(rest, hits)
+        for rstart, (rend, bits) in hits.items():
+            g = bisect_right(at, rstart) - 1
+            start = gap_starts[g] + rstart - at[g]
+            entry = found.get(start)
+            if entry is None:
+                found[start] = [start + rend - rstart, bits]
+            else:
+                entry[1] |= bits
+        return found
+
+
+class _Pass:
+    """Some interest patterns joined into one alternation, each with its bit."""
+
+    def __init__(self, patterns: Sequence[tuple[int, re.Pattern[bytes]]]) -> None:
+        self.patterns = list(patterns)
+        self.combined: re.Pattern[bytes] | None = None
+        if len(self.patterns) > 1:
+            # Joined flat, not each in a group: an alternation whose every branch starts with
+            # a literal byte lets ``re`` skip from candidate byte to candidate byte in C; a
+            # group around a branch would make it try every position.
+            flags = {p.flags for _bit, p in self.patterns}
+            try:
+                if len(flags) == 1:
+                    self.combined = re.compile(b"|".join(p.pattern for _b, p in self.patterns),
+                                               flags.pop())
+            except re.error:  # global inline flags in a user pattern: one pass each
+                self.combined = None
+        elif self.patterns:
+            self.combined = self.patterns[0][1]
+
+    def scan(self, data: bytes, found: dict[int, list[int]]) -> None:
+        """Add line start -> [line end, bits] for every line a pattern selects."""
         patterns = self.patterns
         if not patterns:
-            return found
+            return
         combined = self.combined
         size = len(data)
         if combined is None:  # patterns that cannot be joined: one pass each
-            for bit, pattern in enumerate(patterns):
-                self._one(pattern, 1 << bit, data, found)
-            return found
+            for bit, pattern in patterns:
+                self._one(pattern, bit, data, found)
+            return
         single = len(patterns) == 1
         search = combined.search
         pos = 0
@@ -182,15 +246,18 @@ class Interests:
             if end == -1:
                 end = size - 1
             if single:
-                bits = 1
+                bits = patterns[0][0]
             else:
                 bits = 0
-                for bit, pattern in enumerate(patterns):
+                for bit, pattern in patterns:
                     if pattern.search(data, at, end + 1) is not None:
-                        bits |= 1 << bit
-            found[start] = [end, bits]
+                        bits |= bit
+            entry = found.get(start)
+            if entry is None:
+                found[start] = [end, bits]
+            else:
+                entry[1] |= bits
             pos = end + 1
-        return found
 
     @staticmethod
     def _one(pattern: re.Pattern[bytes], bit: int, data: bytes,
@@ -253,7 +320,27 @@ class Pipeline:
         wants = [interests_of(d) if i in chunked else
                  ((d.interest,) if d.interest is not None else ())
                  for i, d in enumerate(self.detectors)]
-        self.interests = Interests([p for want in wants for p in want])
+        # Prepasses of the per-chunk detectors (a shared one runs once per chunk). A pattern
+        # is searched only outside the lines they read when every detector that wants it has
+        # a prepass covering it.
+        self._prepasses: list[Prepass] = []
+        for _i, d in self._chunked:
+            prepass = prepass_of(d)
+            if prepass is not None and all(prepass is not p for p in self._prepasses):
+                self._prepasses.append(prepass)
+        covered: list[re.Pattern[bytes]] = []
+        for i, want in enumerate(wants):
+            prepass = prepass_of(self.detectors[i]) if i in chunked else None
+            mine = ({(p.pattern, p.flags) for p in prepass.covers}
+                    if prepass is not None else set())
+            covered.extend(p for p in want if (p.pattern, p.flags) in mine)
+        for i, want in enumerate(wants):  # a detector without that prepass needs it everywhere
+            prepass = prepass_of(self.detectors[i]) if i in chunked else None
+            mine = ({(p.pattern, p.flags) for p in prepass.covers}
+                    if prepass is not None else set())
+            needs = {(p.pattern, p.flags) for p in want} - mine
+            covered = [p for p in covered if (p.pattern, p.flags) not in needs]
+        self.interests = Interests([p for want in wants for p in want], covered)
         # Per detector: the bits of its interests in ``self.interests``.
         self._masks = [self.interests.mask(want) for want in wants]
         self._line_detectors = [(i, d) for i, d in enumerate(self.detectors) if i not in chunked]
@@ -441,7 +528,12 @@ class Pipeline:
         prefilter = engine.prefilter
         base_lineno = stream.lineno
         out: list[Detection] = []
-        selected = self.interests.scan(data) if self.interests.patterns else {}
+        prepassed: dict[object, object] = {}
+        skip: list[tuple[int, int]] = []
+        for prepass in self._prepasses:
+            result = prepassed[prepass] = prepass.run(data)
+            skip = _union(skip, result.lines) if skip else list(result.lines)
+        selected = self.interests.scan(data, skip) if self.interests.patterns else {}
         line_mask = self._line_mask
         wanted = ({start: (entry[0], entry[1]) for start, entry in selected.items()
                    if entry[1] & line_mask} if line_mask else {})
@@ -474,21 +566,22 @@ class Pipeline:
         stream.lineno = base_lineno + count
         if matched is not None:
             out.extend(self._chunk(stream, data, seg.offset, base_lineno, selected, matched,
-                                   seg_time))
+                                   seg_time, prepassed, skip))
         if engine.max_context:
             _remember_tail(stream.tail, data, engine.max_context)
         return out
 
     def _chunk(self, stream: _Stream, data: bytes, base: int, base_lineno: int,
                selected: dict[int, list[int]], matched: dict[int, dict[int, tuple[Match, ...]]],
-               seg_time: float | None) -> list[Detection]:
-        """Hand the chunk to every per-chunk detector: the lines their interests selected
-        and the lines signatures matched, each decoded at most once."""
+               seg_time: float | None, prepassed: dict[object, object],
+               covered: list[tuple[int, int]]) -> list[Detection]:
+        """Hand the chunk to every per-chunk detector: the lines their interests selected,
+        the lines signatures matched (each decoded at most once), what the prepasses read."""
         chunk_mask = self._chunk_mask
         starts = [s for s, entry in selected.items() if entry[1] & chunk_mask]
         if matched:
             starts = sorted(set(starts).union(matched))
-        elif not starts:
+        elif not starts and not covered:
             return []
         else:
             starts.sort()
@@ -496,6 +589,7 @@ class Pipeline:
         counted_to, lineno = 0, base_lineno
         count = data.count
         size = len(data)
+        covered_starts = [c[0] for c in covered]
         for start in starts:
             lineno += count(b"\n", counted_to, start) + 1
             entry = selected.get(start)
@@ -505,10 +599,13 @@ class Pipeline:
                 end = data.find(b"\n", start)
                 end, bits = (size if end == -1 else end), 0
             counted_to = end + 1
+            c = bisect_right(covered_starts, start) - 1
             lines.append(ChunkLine(start, end, lineno, base + start, bits,
-                                   matched.get(start) or {}))
+                                   matched.get(start) or {},
+                                   c >= 0 and covered_starts[c] == start))
         chunk = Chunk(stream.ctx, data, lines, stream.replay_below, seg_time,
-                      self.interests.mask)
+                      self.interests.mask, base=base, base_lineno=base_lineno,
+                      prepassed=prepassed)
         out: list[Detection] = []
         for index, detector in self._chunked:
             out.extend(self._deliver(stream, detector.on_chunk(chunk, self._masks[index])))
@@ -594,6 +691,11 @@ def _merge(candidates: Iterable[tuple[int, int, Sequence[tuple[int, int]]]],
     for start, end, steps in candidates:
         merged[start] = (end, steps)
     return [(start, end, steps) for start, (end, steps) in sorted(merged.items())]
+
+
+def _union(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Two sorted lists of lines (start, newline index), merged without repeats."""
+    return sorted(set(a).union(b))
 
 
 def _remember_tail(tail: deque[bytes], data: bytes, count: int) -> None:

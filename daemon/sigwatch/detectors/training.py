@@ -36,14 +36,43 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from operator import itemgetter
 from typing import Any
 
 from sigwatch.clock import Clock
 from sigwatch.detectors.base import Chunk, ChunkLine, LineEvent, Part, StreamContext
-from sigwatch.detectors.progress import Extractor, Progress, ProgressParser, literal_interest
+from sigwatch.detectors.progress import (
+    F_OVERFLOW,
+    F_SKIPPED,
+    R_COST,
+    R_FLAGS,
+    R_GRAD_NORM,
+    R_KIND,
+    R_LOSS,
+    R_LOSS_SCALE,
+    R_PART,
+    R_RANK,
+    R_START,
+    R_STEP,
+    R_STEP_TIME,
+    R_THROUGHPUT,
+    BulkProgress,
+    BulkRecords,
+    Extractor,
+    Progress,
+    ProgressParser,
+    ProgressRecord,
+    Shape,
+    literal_interest,
+    progress_of,
+    record_of,
+)
+from sigwatch.framing.timestamps import match_timestamp
 from sigwatch.model import Detection, LogLine, Match, Remediation, Severity, StreamInfo
 from sigwatch.telemetry.metrics import SelfMetrics
 
@@ -77,12 +106,19 @@ class LastProgress:
 class ProgressReader:
     """One ``ProgressParser`` shared by the training detectors; parses each line once.
 
-    ``last(stream_key)`` is the last progress record parsed on a stream, so that other readers
-    need no second parse.
+    With the built-in extractors only, the reader is also the training detectors' prepass:
+    ``run`` reads a whole chunk's Megatron, Hugging Face and tqdm lines at once
+    (``BulkProgress``); the detectors take those records from ``bulk_of(chunk)`` and parse the
+    other lines they are given one by one (``read_part``). ``last(stream_key)`` is the last
+    progress record parsed on a stream, so that other readers need no second parse.
     """
 
     def __init__(self, extractors: Iterable[Extractor] = (), *, builtin: bool = True) -> None:
+        extractors = tuple(extractors)
         self.parser = ProgressParser(extractors, builtin=builtin)
+        # The whole-chunk pass knows the built-in shapes only; a user extractor is tried before
+        # them and could claim one of their lines, so then every line is parsed on its own.
+        self.bulk = BulkProgress() if builtin and not extractors else None
         self._line: LogLine | None = None
         self._progress: Progress | None = None
         self._last: OrderedDict[str, LastProgress] = OrderedDict()
@@ -90,6 +126,25 @@ class ProgressReader:
     @property
     def interest(self) -> re.Pattern[bytes]:
         return self.parser.interest
+
+    # -- the prepass (detectors.base.Prepass) --------------------------------------------------
+
+    @property
+    def prepass(self) -> ProgressReader | None:
+        return self if self.bulk is not None else None
+
+    @property
+    def covers(self) -> tuple[re.Pattern[bytes], ...]:
+        return (self.parser.interest,)
+
+    def run(self, data: bytes) -> BulkRecords:
+        return self.bulk.parse(data) if self.bulk is not None else BulkRecords()
+
+    def bulk_of(self, chunk: Chunk) -> BulkRecords | None:
+        found = chunk.prepassed.get(self)
+        return found if isinstance(found, BulkRecords) else None
+
+    # -- per line ------------------------------------------------------------------------------
 
     def last(self, stream_key: str) -> LastProgress | None:
         return self._last.get(stream_key)
@@ -124,14 +179,33 @@ class ProgressReader:
         return found
 
     def chunk_done(self, chunk: Chunk) -> None:
-        """Remember the chunk's last parsed record for its stream (idempotent)."""
+        """Remember the chunk's last progress record for its stream (idempotent)."""
         parsed = chunk.cache.get(self)
-        if not isinstance(parsed, _Parsed) or parsed.last is None:
+        last = parsed.last if isinstance(parsed, _Parsed) else None
+        bulk = self.bulk_of(chunk)
+        tail = _last_bulk(bulk) if bulk is not None else None
+        if tail is not None and (last is None or last[0] < (tail[R_START], tail[R_PART])):
+            line = chunk.line_at(tail[R_START])
+            part = chunk.parts(line)[tail[R_PART]]
+            self._remember(chunk.stream.info.key, LastProgress(
+                line.offset, line.lineno, part.rank, part.text, progress_of(tail)))
             return
-        _key, line, part, text, progress = parsed.last
-        rank = chunk.parts(line)[part].rank
+        if last is None:
+            return
+        _key, line, k, text, progress = last
+        rank = chunk.parts(line)[k].rank
         self._remember(chunk.stream.info.key,
                        LastProgress(line.offset, line.lineno, rank, text, progress))
+
+
+def _last_bulk(bulk: BulkRecords) -> ProgressRecord | None:
+    best: ProgressRecord | None = None
+    for shape in bulk.shapes:
+        if len(shape):
+            rec = shape.record(len(shape) - 1)
+            if best is None or (rec[R_START], rec[R_PART]) > (best[R_START], best[R_PART]):
+                best = rec
+    return best
 
 
 @dataclass(slots=True)
@@ -149,7 +223,8 @@ def _delivered(chunk: Chunk, mask: int,
     every part of a line its interests select, the matched parts of the other lines.
 
     ``confirm`` (bits, exact pattern): a line selected by those bits alone (a cheap literal
-    gate) counts as selected only if the exact pattern finds it too.
+    gate) counts as selected only if the exact pattern finds it too. Lines the prepass
+    covered come too (for their matches); their progress is in the prepass result.
     """
     for line in chunk.select(mask):
         parts = chunk.parts(line)
@@ -165,6 +240,57 @@ def _delivered(chunk: Chunk, mask: int,
             for k in sorted(line.matches):
                 if k < len(parts):
                     yield line, k, parts[k]
+
+
+# A record's place in its chunk as one int: (line start, part) in order.
+_PART_BITS = 20
+
+
+def _pos(start: int, part: int) -> int:
+    return (start << _PART_BITS) | part
+
+
+@dataclass(slots=True)
+class _Fresh:
+    """The bulk records of a chunk a detector still has to count: per shape, from ``first``."""
+
+    shapes: list[tuple[Shape, int]]
+    last_line: int  # start of the last covered line counted (-1: none)
+
+    @classmethod
+    def of(cls, bulk: BulkRecords | None, floor: int | None) -> _Fresh:
+        """``floor``: chunk positions at or below it were counted before a restart."""
+        if bulk is None:
+            return cls([], -1)
+        shapes = []
+        for shape in bulk.shapes:
+            first = 0 if floor is None else bisect_right(shape.starts, floor)
+            if first < len(shape):
+                shapes.append((shape, first))
+        last = bulk.lines[-1][0] if bulk.lines else -1
+        if floor is not None and last <= floor:
+            last = -1
+        return cls(shapes, last)
+
+    def by_rank(self) -> list[tuple[str | None, Shape, list[int]]]:
+        """(rank, shape, record indices) for each rank of each shape, in line order."""
+        out: list[tuple[str | None, Shape, list[int]]] = []
+        for shape, first in self.shapes:
+            ranks = shape.ranks
+            n = len(shape)
+            if ranks[first] == ranks[-1] and len(set(ranks[first:])) == 1:
+                out.append((ranks[first], shape, list(range(first, n))))
+                continue
+            groups: dict[str | None, list[int]] = {}
+            for i in range(first, n):
+                r = ranks[i]
+                g = groups.get(r)
+                if g is None:
+                    groups[r] = [i]
+                else:
+                    g.append(i)
+            out.extend((r, shape, g) for r, g in groups.items())
+        return out
 
 
 class _Base:
@@ -190,6 +316,10 @@ class _Base:
     def interests(self) -> tuple[re.Pattern[bytes], ...]:
         return (self.reader.interest,)
 
+    @property
+    def prepass(self) -> ProgressReader | None:
+        return self.reader.prepass
+
     def replay_floor(self, handle: int) -> tuple[int, int] | None:
         return None
 
@@ -208,6 +338,20 @@ class _Base:
             del self._resume[key]
         self._done_to[key] = offset
         return True
+
+    def _floor(self, chunk: Chunk) -> int | None:
+        """Chunk positions at or below this were counted before a restart (None: none)."""
+        floor = self._resume.get(chunk.stream.info.key)
+        return None if floor is None else floor - chunk.base
+
+    def _counted(self, chunk: Chunk, last_start: int) -> None:
+        """The chunk's lines up to the one starting at ``last_start`` (-1: none) are counted:
+        what ``_fresh_at`` does for each line it accepts, once for the chunk."""
+        if last_start < 0:
+            return
+        key = chunk.stream.info.key
+        self._resume.pop(key, None)
+        self._done_to[key] = chunk.base + last_start
 
     def _offsets_state(self) -> dict[str, int]:
         return dict(self._done_to)
@@ -229,6 +373,23 @@ class _Base:
             time=self.clock.time(), remediation=remediation, context=context,
             rank=line.rank if line else None, labels=labels, host=self.host, about=about,
             key=key, facts=tuple(facts), owner=OWNER_OF.get(signature, "unknown"))
+
+
+def _bulk_line(chunk: Chunk, rec: ProgressRecord) -> Callable[[], LogLine]:
+    """Builds the ``LogLine`` of a prepass record when a detection needs it."""
+    return partial(_log_line, chunk, rec[R_START], rec[R_PART])
+
+
+def _part_line(info: StreamInfo, line: ChunkLine, part: Part) -> Callable[[], LogLine]:
+    """Builds the ``LogLine`` of one part of a selected line when a detection needs it."""
+    return partial(LogLine, info, line.offset, line.lineno, part.text, part.rank)
+
+
+def _log_line(chunk: Chunk, start: int, part: int) -> LogLine:
+    """The ``LogLine`` of one part of any line of the chunk (for a detection)."""
+    line = chunk.line_at(start)
+    p = chunk.parts(line)[part]
+    return LogLine(chunk.stream.info, line.offset, line.lineno, p.text, p.rank)
 
 
 def _line_maker(info: StreamInfo, line: ChunkLine, part: Part) -> Callable[[], LogLine]:
@@ -299,8 +460,17 @@ class _StepSeries:
         """(median, robust scale) of the baseline, recomputed every few appends (it moves
         slowly; a full median and MAD of 200 values on every line would cost ~60 us)."""
         if self.stats is None or self.stale >= refresh_every:
-            med = statistics.median(self.baseline)
-            mad = statistics.median(abs(v - med) for v in self.baseline)
+            # statistics.median twice, with one sort: the distances to the median of the
+            # values below it and of those above it are two sorted runs (merged in one pass).
+            vals = sorted(self.baseline)
+            n = len(vals)
+            h = n // 2
+            med = vals[h] if n % 2 else (vals[h - 1] + vals[h]) / 2
+            k = bisect_left(vals, med)
+            devs = [med - v for v in vals[k - 1::-1]] if k else []
+            devs += [v - med for v in vals[k:]]
+            devs.sort()
+            mad = devs[h] if n % 2 else (devs[h - 1] + devs[h]) / 2
             self.stats = (med, max(1.4826 * mad, 0.01 * med, 1e-12))
             self.stale = 0
         return self.stats
@@ -313,6 +483,19 @@ class _StepSeries:
         return {"metric": self.metric, "baseline": list(self.baseline), "seen": self.seen,
                 "run": self.run, "run_step": self.run_step, "regressed": self.regressed,
                 "hot_since_alert": self.hot_since_alert, "cool": self.cool}
+
+
+@dataclass(frozen=True, slots=True)
+class _Fired:
+    """What a regression reports of its series, taken when it fired."""
+
+    metric: str
+    run_len: int
+    run_step: int | None
+
+    @classmethod
+    def of(cls, s: _StepSeries) -> _Fired:
+        return cls(s.metric, len(s.run), s.run_step)
 
 
 @dataclass(slots=True)
@@ -361,6 +544,28 @@ class _Evidence:
     def from_json(cls, raw: Any) -> _Evidence:
         gfx, mi, mio, rocm = raw
         return cls(bool(gfx), bool(mi), bool(mio), {str(v) for v in rocm})
+
+
+def _made(make: Callable[[], LogLine], rec: ProgressRecord) -> tuple[LogLine, Progress]:
+    return make(), progress_of(rec)
+
+
+def _step_in_run(run: list[tuple[int, Shape, int]], j: int) -> int | None:
+    return run[j][1].steps[run[j][2]]
+
+
+def _tally(counts: dict[str, list[Any]], kind: str, n: int, step_time: float | None,
+           st_pos: int, throughput: float | None, tp_pos: int) -> None:
+    """Add ``n`` records of ``kind`` to the chunk's progress metrics: their number, and the
+    last step time and throughput of the chunk (the ones at the highest position)."""
+    seen = counts.get(kind)
+    if seen is None:
+        seen = counts[kind] = [0, None, -1, None, -1]
+    seen[0] += n
+    if step_time is not None and st_pos > seen[2]:
+        seen[1], seen[2] = step_time, st_pos
+    if throughput is not None and tp_pos > seen[4]:
+        seen[3], seen[4] = throughput, tp_pos
 
 
 class StepTimeDetector(_Base):
@@ -432,38 +637,204 @@ class StepTimeDetector(_Base):
         if fired is None or event.replaying:
             return ()
         series, before, after = fired
-        return (self._regression(info, line, progress, series, before, after),)
+        return (self._regression(info, line, progress, _Fired.of(series), before, after),)
 
     def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        """As ``on_line`` for each delivered part, in order, with the prepass's records taken
+        per series in blocks (``_update_many``)."""
         info = chunk.stream.info
         key = info.key
-        out: list[Detection] = []
-        counts: dict[str, list[Any]] = {}
         reader = self.reader
-        replay_below = chunk.replay_below
+        floor = self._floor(chunk)
+        data = chunk.data
         # Platform words anywhere in the chunk? If not, only a matched line can add evidence.
         # (Removing ANSI codes or NULs can join a word: then every line is looked at.)
-        data = chunk.data
         platform = (_PLATFORM_WORDS_RE.search(data) is not None or b"\x1b" in data
                     or b"\x00" in data)
+        evidence: list[tuple[int, str, tuple[Match, ...]]] = []  # (pos, text, matches)
+        fallback: list[tuple[ProgressRecord, ChunkLine, Part]] = []
+        last = -1
         for line, k, part in _delivered(chunk, mask):
-            if not self._fresh_at(key, line.offset):
+            if floor is not None and line.start <= floor:
                 continue
-            text = part.text
+            last = line.start
             if platform or line.matches:
-                self._note_platform(key, text, line.matches.get(k, ()))
-            progress = reader.read_part(chunk, line, k, text)
-            if progress is None or progress.eval or progress.overflow:
+                evidence.append((_pos(line.start, k), part.text, line.matches.get(k, ())))
+            if line.covered:
+                continue  # its progress is in the prepass's records
+            progress = reader.read_part(chunk, line, k, part.text)
+            if progress is None or progress.eval or progress.overflow or progress.cost is None:
                 continue
-            fired = self._sample(info, part.rank, progress, counts)
-            if fired is None or line.offset < replay_below:
-                continue
-            series, before, after = fired
-            out.append(self._regression(
-                info, LogLine(info, line.offset, line.lineno, text, part.rank), progress,
-                series, before, after))
+            fallback.append((record_of(line.start, k, part.rank, progress, False), line, part))
+        fresh = _Fresh.of(reader.bulk_of(chunk), floor)
+        self._counted(chunk, max(last, fresh.last_line))
+        # series -> its records: bulk (shape, indices) and per-line ones
+        groups: dict[tuple[str | None, str], tuple[list[tuple[Shape, list[int]]],
+                                                  list[tuple[ProgressRecord, ChunkLine, Part]]]]
+        groups = {}
+        for rank, shape, all_idx in fresh.by_rank():
+            times = shape.step_times
+            idx = [i for i in all_idx if (t := times[i]) is not None and t > 0]
+            if idx:
+                groups.setdefault((rank, shape.kind), ([], []))[0].append((shape, idx))
+        for item in fallback:
+            rec = item[0]
+            groups.setdefault((rec[R_RANK], rec[R_KIND]), ([], []))[1].append(item)
+        if not groups:
+            reader.chunk_done(chunk)
+            return self._evidence_only(key, evidence)
+        prefix = f"{info.key}\x1f"
+        new = sum(1 for rank, kind in groups
+                  if f"{prefix}{rank or '-'}\x1f{kind}" not in self._series)
+        if len(self._series) + new > MAX_SERIES:
+            return self._chunk_in_order(chunk, groups, evidence)  # eviction order matters
+        fired: list[tuple[int, _StepSeries, float, float, Callable[[], tuple[LogLine,
+                                                                           Progress]]]] = []
+        touched: list[tuple[int, str]] = []
+        counts: dict[str, list[Any]] = {}
+        for (rank, kind), (blocks, lines) in groups.items():
+            skey = f"{prefix}{rank or '-'}\x1f{kind}"
+            if lines or len(blocks) > 1:
+                last_pos = self._series_in_order(chunk, skey, blocks, lines, fired, counts)
+            else:
+                shape, idx = blocks[0]
+                last_pos = self._series_block(chunk, skey, shape, idx, fired, counts)
+            touched.append((last_pos, skey))
+        for _last, skey in sorted(touched):
+            self._series.move_to_end(skey)
         self._count(info, counts)
+        out = self._fire(chunk, evidence, fired)
         reader.chunk_done(chunk)
+        return out
+
+    def _series_block(self, chunk: Chunk, skey: str, shape: Shape, idx: list[int],
+                      fired: list[Any], counts: dict[str, list[Any]]) -> int:
+        """One series read only by the prepass: its costs in one block."""
+        times = shape.step_times
+        xs = [t for i in idx if (t := times[i]) is not None]  # all of them: idx has costs
+        series = self._series.get(skey)
+        if series is None or series.metric != "step_time":
+            series = _StepSeries("step_time", deque(maxlen=self.window))
+            self._series[skey] = series
+        steps = shape.steps
+        for j, before, after, state in self._update_many(series, xs, lambda j: steps[idx[j]]):
+            i = idx[j]
+            start, part = shape.key(i)
+
+            def made(i: int = i, start: int = start, part: int = part,
+                     ) -> tuple[LogLine, Progress]:
+                return _log_line(chunk, start, part), progress_of(shape.record(i))
+
+            fired.append((_pos(start, part), state, before, after, made))
+        last_pos = _pos(*shape.key(idx[-1]))
+        _tally(counts, shape.kind, len(idx), times[idx[-1]], last_pos, None, -1)
+        return last_pos
+
+    def _series_in_order(self, chunk: Chunk, skey: str, blocks: list[tuple[Shape, list[int]]],
+                         lines: list[tuple[ProgressRecord, ChunkLine, Part]], fired: list[Any],
+                         counts: dict[str, list[Any]]) -> int:
+        """One series with records of several sources (per-line ones, or two shapes): the
+        records in line order, the prepass's between two per-line ones as one block."""
+        info = chunk.stream.info
+        # (pos, shape, index) of each prepass record; (pos, record, line, part) of the others
+        bulk: list[tuple[int, Shape, int]] = [
+            (_pos(*shape.key(i)), shape, i) for shape, idx in blocks for i in idx]
+        if len(blocks) > 1:
+            bulk.sort(key=itemgetter(0))
+        others = sorted(((_pos(line.start, rec[R_PART]), rec, line, part)
+                         for rec, line, part in lines), key=itemgetter(0))
+        b = 0
+        last = -1
+        for o in [*others, None]:
+            upto = len(bulk) if o is None else bisect_left(bulk, (o[0],), lo=b)
+            if upto > b:
+                run = bulk[b:upto]
+                series = self._series.get(skey)
+                if series is None or series.metric != "step_time":
+                    series = _StepSeries("step_time", deque(maxlen=self.window))
+                    self._series[skey] = series
+                xs = [t for _p, shape, i in run if (t := shape.step_times[i]) is not None]
+                for j, before, after, state in self._update_many(
+                        series, xs, partial(_step_in_run, run)):
+                    pos, shape, i = run[j]
+                    fired.append((pos, state, before, after,
+                                  partial(_made, _bulk_line(chunk, shape.record(i)),
+                                          shape.record(i))))
+                _tally(counts, run[-1][1].kind, len(run), xs[-1], run[-1][0], None, -1)
+                last = run[-1][0]
+                b = upto
+            if o is None:
+                break
+            pos, rec, line, part = o
+            _tally(counts, rec[R_KIND], 1, rec[R_STEP_TIME], pos, rec[R_THROUGHPUT], pos)
+            metric = "step_time" if rec[R_STEP_TIME] else "throughput"
+            series = self._series.get(skey)
+            if series is None or series.metric != metric:
+                series = _StepSeries(metric, deque(maxlen=self.window))
+                self._series[skey] = series
+            cost = rec[R_COST]
+            assert cost is not None
+            got = self._update(series, cost, rec[R_STEP])
+            if got is not None:
+                fired.append((pos, _Fired.of(series), got[0], got[1],
+                              partial(_made, _part_line(info, line, part), rec)))
+            last = pos
+        return last
+
+    def _chunk_in_order(self, chunk: Chunk, groups: dict[Any, Any],
+                        evidence: list[tuple[int, str, tuple[Match, ...]]]) -> list[Detection]:
+        """Every record of the chunk in line order, one at a time (when new series would evict
+        old ones: which ones depends on the order)."""
+        info = chunk.stream.info
+        items: list[tuple[int, ProgressRecord, Callable[[], LogLine]]] = []
+        for blocks, lines in groups.values():
+            for shape, idx in blocks:
+                for i in idx:
+                    rec = shape.record(i)
+                    items.append((_pos(rec[R_START], rec[R_PART]), rec,
+                                  _bulk_line(chunk, rec)))
+            for rec, line, part in lines:
+                items.append((_pos(line.start, rec[R_PART]), rec,
+                              _part_line(info, line, part)))
+        items.sort(key=itemgetter(0))
+        counts: dict[str, list[Any]] = {}
+        fired: list[Any] = []
+        for pos, rec, make in items:
+            got = self._sample(info, rec[R_RANK], progress_of(rec), counts)
+            if got is not None:
+                series, before, after = got
+                fired.append((pos, _Fired.of(series), before, after,
+                              lambda make=make, rec=rec: (make(), progress_of(rec))))
+        self._count(info, counts)
+        out = self._fire(chunk, evidence, fired)
+        self.reader.chunk_done(chunk)
+        return out
+
+    def _evidence_only(self, key: str,
+                       evidence: list[tuple[int, str, tuple[Match, ...]]]) -> list[Detection]:
+        for _at, text, matches in evidence:
+            self._note_platform(key, text, matches)
+        return []
+
+    def _fire(self, chunk: Chunk, evidence: list[tuple[int, str, tuple[Match, ...]]],
+              fired: list[Any]) -> list[Detection]:
+        """Platform evidence and regressions in line order: a regression names the evidence
+        of the lines before it (as ``on_line`` would)."""
+        key = chunk.stream.info.key
+        out: list[Detection] = []
+        e = 0
+        replay_below = chunk.replay_below - chunk.base
+        for pos, series, before, after, made in sorted(fired, key=itemgetter(0)):
+            while e < len(evidence) and evidence[e][0] <= pos:
+                self._note_platform(key, evidence[e][1], evidence[e][2])
+                e += 1
+            if (pos >> _PART_BITS) < replay_below:
+                continue
+            line, progress = made()
+            out.append(self._regression(chunk.stream.info, line, progress, series, before,
+                                        after))
+        for _at, text, matches in evidence[e:]:
+            self._note_platform(key, text, matches)
         return out
 
     def _sample(self, info: StreamInfo, rank: str | None, progress: Progress,
@@ -477,12 +848,12 @@ class StepTimeDetector(_Base):
         if self.metrics is not None:
             seen = counts.get(progress.kind)
             if seen is None:
-                seen = counts[progress.kind] = [0, None, None]
-            seen[0] += 1
+                seen = counts[progress.kind] = [0, None, -1, None, -1]
+            seen[0] += 1  # records come in line order here: the last value is the last one's
             if progress.step_time is not None:
                 seen[1] = progress.step_time
             if progress.throughput is not None:
-                seen[2] = progress.throughput
+                seen[3] = progress.throughput
         key = f"{info.key}\x1f{rank or '-'}\x1f{progress.kind}"
         series = self._series.get(key)
         if series is None or series.metric != metric:
@@ -501,7 +872,7 @@ class StepTimeDetector(_Base):
         metrics = self.metrics
         if metrics is None:
             return
-        for kind, (n, step_time, throughput) in counts.items():
+        for kind, (n, step_time, _st_pos, throughput, _tp_pos) in counts.items():
             metrics.progress_lines.labels(info.source, kind).inc(n)
             if step_time is not None:
                 metrics.step_seconds.labels(info.source, kind).set(step_time)
@@ -546,6 +917,58 @@ class StepTimeDetector(_Base):
         s.hot_since_alert = 0
         return statistics.median(s.baseline), statistics.median(s.run)
 
+    def _update_many(self, s: _StepSeries, xs: list[float], step_of: Callable[[int], int | None],
+                     ) -> list[tuple[int, float, float, _Fired]]:
+        """``_update`` for each of ``xs`` in order; (index, before, after) of each that fired.
+
+        A stretch of ordinary samples (not hot, nothing open) is taken in one block up to the
+        next baseline refresh: each is counted and kept, exactly as ``_update`` would; a hot
+        sample, an open run and a regression go through ``_update`` itself.
+        """
+        fired: list[tuple[int, float, float, _Fired]] = []
+        n = len(xs)
+        i = 0
+        warmup, min_baseline, z, ratio = self.warmup, self.min_baseline, self.z, self.ratio
+        while i < n:
+            if s.seen < warmup:
+                take = min(warmup - s.seen, n - i)
+                s.seen += take
+                i += take
+                continue
+            if len(s.baseline) < min_baseline:
+                take = min(min_baseline - len(s.baseline), n - i)
+                s.seen += take
+                s.baseline.extend(xs[i:i + take])
+                s.stale += take
+                i += take
+                continue
+            if s.regressed or s.run:
+                got = self._update(s, xs[i], step_of(i))
+                if got is not None:
+                    fired.append((i, got[0], got[1], _Fired.of(s)))
+                i += 1
+                continue
+            med, scale = s.robust(16)
+            end = min(n, i + max(16 - s.stale, 1))
+            j = i
+            while j < end:
+                x = xs[j]
+                if (x - med) / scale > z and x > ratio * med:
+                    break
+                j += 1
+            if j > i:  # not hot: counted, kept, the (empty) run cleared
+                s.seen += j - i
+                s.baseline.extend(xs[i:j])
+                s.stale += j - i
+                s.run_step = None
+                i = j
+            if j < end:
+                got = self._update(s, xs[j], step_of(j))
+                if got is not None:
+                    fired.append((j, got[0], got[1], _Fired.of(s)))
+                i = j + 1
+        return fired
+
     def _note_platform(self, key: str, text: str, matches: Sequence[Match]) -> None:
         ev = self._evidence.get(key)
         for match in matches:
@@ -557,19 +980,19 @@ class StepTimeDetector(_Base):
                 ev.add(m)
 
     def _regression(self, info: StreamInfo, line: LogLine, progress: Progress,
-                    series: _StepSeries, before: float, after: float) -> Detection:
+                    series: _Fired, before: float, after: float) -> Detection:
         ratio = after / before if before > 0 else math.inf
         facts: list[tuple[str, str]] = [("series", progress.kind), ("ratio", f"{ratio:.2f}"),
-                                        ("sustained_steps", str(len(series.run)))]
+                                        ("sustained_steps", str(series.run_len))]
         if series.metric == "step_time":
             facts += [("before_step_seconds", _fmt(before)), ("after_step_seconds", _fmt(after))]
             about = (f"step time {_fmt(before)} s -> {_fmt(after)} s ({ratio:.1f}x) for "
-                     f"{len(series.run)} progress lines")
+                     f"{series.run_len} progress lines")
         else:
             facts += [("before_throughput", _fmt(1 / before)),
                       ("after_throughput", _fmt(1 / after))]
             about = (f"throughput {_fmt(1 / before)} -> {_fmt(1 / after)} per second "
-                     f"({ratio:.1f}x slower) for {len(series.run)} progress lines")
+                     f"({ratio:.1f}x slower) for {series.run_len} progress lines")
         if series.run_step is not None:
             facts.append(("since_step", str(series.run_step)))
         if progress.step is not None:
@@ -645,6 +1068,147 @@ _STALL_REMEDIATION = Remediation(
     ),
     action="investigate",
 )
+
+
+class _Records:
+    """Every progress record of a chunk a detector counts: the prepass's (by shape) and the
+    per-line ones, placed by ``_pos``; what the stall detector asks of them in order."""
+
+    def __init__(self, chunk: Chunk, fresh: _Fresh,
+                 lines: list[tuple[int, ProgressRecord, ChunkLine, Part]]) -> None:
+        self.chunk = chunk
+        self.fresh = fresh
+        self.lines = lines
+        self._by_pos = {pos: (line, part) for pos, _rec, line, part in lines}
+        self._line_pos = [pos for pos, _rec, _line, _part in lines]
+        self._bulk: dict[int, tuple[Shape, int]] = {}  # prepass records looked up
+        self._pos_cache: dict[int, list[int]] = {}
+        self._stamps: dict[bytes, float | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.lines or self.fresh.shapes)
+
+    def first(self) -> int:
+        cands = [_pos(*shape.key(first)) for shape, first in self.fresh.shapes]
+        if self.lines:
+            cands.append(self.lines[0][0])
+        return min(cands)
+
+    def last(self) -> int:
+        cands = [_pos(*shape.key(len(shape) - 1)) for shape, _first in self.fresh.shapes]
+        if self.lines:
+            cands.append(self.lines[-1][0])
+        return max(cands)
+
+    def last_step(self) -> int | None:
+        """The step of the last record that has one."""
+        best: tuple[int, int | None] | None = None
+        for shape, first in self.fresh.shapes:
+            steps = shape.steps
+            for i in range(len(shape) - 1, first - 1, -1):
+                if steps[i] is not None:
+                    pos = _pos(*shape.key(i))
+                    if best is None or pos > best[0]:
+                        best = (pos, steps[i])
+                    break
+        for pos, rec, _line, _part in reversed(self.lines):
+            if rec[R_STEP] is not None:
+                if best is None or pos > best[0]:
+                    best = (pos, rec[R_STEP])
+                break
+        return best[1] if best is not None else None
+
+    def _positions(self, shape: Shape) -> list[int]:
+        found = self._pos_cache.get(id(shape))
+        if found is None:
+            parts = shape.parts
+            if parts is None:
+                found = [start << _PART_BITS for start in shape.starts]
+            else:
+                found = [(start << _PART_BITS) | k
+                         for start, k in zip(shape.starts, parts, strict=True)]
+            self._pos_cache[id(shape)] = found
+        return found
+
+    def maybe_timed(self) -> list[int]:
+        """Positions of the records whose line may have a time of its own, last first (all
+        of them when the segment gives every line its time)."""
+        out: list[int] = [pos for pos, _rec, _line, _part in self.lines]
+        seg = self.chunk.seg_time is not None
+        for shape, first in self.fresh.shapes:
+            stamps = shape.stamps
+            if not seg and stamps is None:
+                continue
+            positions = self._positions(shape)
+            out.extend(positions[i] for i in range(first, len(shape))
+                       if seg or (stamps is not None and stamps[i] is not None))
+        out.sort(reverse=True)
+        return out
+
+    def before(self, pos: int) -> int:
+        """The position of the record just before ``pos`` (there is one: not the first)."""
+        best = -1
+        for shape, first in self.fresh.shapes:
+            positions = self._positions(shape)
+            i = bisect_left(positions, pos) - 1
+            if i >= first and positions[i] > best:
+                best = positions[i]
+                self._bulk[best] = (shape, i)
+        i = bisect_left(self._line_pos, pos) - 1
+        if i >= 0 and self._line_pos[i] > best:
+            best = self._line_pos[i]
+        return best
+
+    def untimed(self, pos: int) -> bool:
+        """True when the record's line surely has no time of its own: a prepass record of a
+        Hugging Face dict or a tqdm bar (they never start with a timestamp), of a Megatron
+        line without its stamp."""
+        if self.chunk.seg_time is not None:
+            return False  # the segment's time is every line's
+        found = self._bulk_at(pos)
+        if found is None:
+            return False
+        shape, i = found
+        return shape.stamps is None or shape.stamps[i] is None
+
+    def _bulk_at(self, pos: int) -> tuple[Shape, int] | None:
+        found = self._bulk.get(pos)
+        if found is None and pos not in self._by_pos:
+            for shape, first in self.fresh.shapes:
+                positions = self._positions(shape)
+                i = bisect_left(positions, pos)
+                if i >= first and i < len(positions) and positions[i] == pos:
+                    found = self._bulk[pos] = (shape, i)
+                    break
+        return found
+
+    def time(self, pos: int) -> float | None:
+        """The log's own time of the record at ``pos`` (as ``Chunk.time``)."""
+        found = self._bulk_at(pos)
+        if found is None or self.chunk.seg_time is not None:
+            line, k, _text, _rank = self.where(pos, numbered=False)
+            return self.chunk.time(line, k)
+        shape, i = found
+        stamp = shape.stamps[i] if shape.stamps is not None else None
+        if stamp is None:
+            return None
+        if stamp not in self._stamps:
+            # what the line's prefix gives: the ISO stamp inside "[...]" (parse_prefix)
+            got = match_timestamp(stamp.decode() + "]")
+            self._stamps[stamp] = got.time if got is not None else None
+        return self._stamps[stamp]
+
+    def where(self, pos: int, *, numbered: bool = True,
+              ) -> tuple[ChunkLine, int, str, str | None]:
+        """(line, part, text, rank) of the record at ``pos``."""
+        found = self._by_pos.get(pos)
+        if found is not None:
+            line, part = found
+            return line, pos & ((1 << _PART_BITS) - 1), part.text, part.rank
+        k = pos & ((1 << _PART_BITS) - 1)
+        line = self.chunk.line_at(pos >> _PART_BITS, numbered=numbered)
+        p = self.chunk.parts(line)[k]
+        return line, k, p.text, p.rank
 
 
 @dataclass(slots=True)
@@ -789,87 +1353,102 @@ class StallDetector(_Base):
         info = chunk.stream.info
         key = info.key
         reader = self.reader
-        replay_below = chunk.replay_below
+        floor = self._floor(chunk)
         st = self._streams.get(key)
         before_mono = st.last_mono if st is not None else 0.0
         before_time = st.last_log_time if st is not None else None
         existed = st is not None
-        now = self.clock.monotonic()
-        records: list[tuple[ChunkLine, int, Part, Progress]] = []
-        out: list[Detection] = []
+        # per-line records (pos, record, line, part) and end-of-training lines (pos)
+        lines: list[tuple[int, ProgressRecord, ChunkLine, Part]] = []
+        ends: list[int] = []
+        last = -1
         confirm = (chunk.mask((_END_GATE,)), _END_INTEREST_RE)
         for line, k, part in _delivered(chunk, mask, confirm):
-            if not self._fresh_at(key, line.offset):
+            if floor is not None and line.start <= floor:
                 continue
+            last = line.start
+            if line.covered:
+                continue  # a prepass line: progress, never an end-of-training line
             text = part.text
             if ("rain" in text or "reached" in text or "RAIN" in text) and _END_RE.search(text):
-                if st is not None:
-                    st.finished = True
+                ends.append(_pos(line.start, k))
                 continue
             progress = reader.read_part(chunk, line, k, text)
-            if progress is None:
-                continue
-            if st is None:
-                st = _StallStream(info, now)
-                self._streams[key] = st
-                while len(self._streams) > MAX_SERIES:
-                    self._streams.popitem(last=False)
-            replaying = line.offset < replay_below
-            if st.stalled_since is not None and not replaying:
-                out.append(self._resolved(st, reason="progress resumed"))
-            st.stalled_since = None
-            st.finished = False
-            records.append((line, k, part, progress))
+            if progress is not None:
+                lines.append((_pos(line.start, k), record_of(line.start, k, part.rank, progress,
+                                                             False), line, part))
+        fresh = _Fresh.of(reader.bulk_of(chunk), floor)
+        self._counted(chunk, max(last, fresh.last_line))
         reader.chunk_done(chunk)
-        if not records or st is None:
+        records = _Records(chunk, fresh, lines)
+        out: list[Detection] = []
+        if not records:
+            if ends and st is not None:
+                st.finished = True
             return out
+        first = records.first()
+        now = self.clock.monotonic()  # every line of a chunk arrives at one instant
+        if st is None:
+            st = _StallStream(info, now)
+            self._streams[key] = st
+            while len(self._streams) > MAX_SERIES:
+                self._streams.popitem(last=False)
+        if st.stalled_since is not None and (first >> _PART_BITS) + chunk.base >= \
+                chunk.replay_below:
+            out.append(self._resolved(st, reason="progress resumed"))
+        st.stalled_since = None
+        tail = records.last()
+        st.finished = bool(ends) and ends[-1] > tail  # an end line after the last progress
         st.open = True
         st.info = info
         st.last_mono = now
-        last_line, last_k, last_part, _last = records[-1]
-        st.last_log_time = chunk.time(last_line, last_k)
-        st.last_offset, st.last_lineno = last_line.offset, last_line.lineno
-        st.last_text = last_part.text
-        for _line, _k, _part, progress in reversed(records):
-            if progress.step is not None:
-                st.last_step = progress.step
-                break
+        line, k, text, _rank = records.where(tail)
+        st.last_log_time = chunk.time(line, k)
+        st.last_offset, st.last_lineno = line.offset, line.lineno
+        st.last_text = text
+        step = records.last_step()
+        if step is not None:
+            st.last_step = step
         self._intervals(st, chunk, records, existed=existed, before_mono=before_mono,
                         before_time=before_time, now=now)
         return out
 
-    def _intervals(self, st: _StallStream, chunk: Chunk,
-                   records: list[tuple[ChunkLine, int, Part, Progress]], *, existed: bool,
+    def _intervals(self, st: _StallStream, chunk: Chunk, records: _Records, *, existed: bool,
                    before_mono: float, before_time: float | None, now: float) -> None:
         """Append the gaps between the chunk's progress records, as ``on_line`` would, but
-        reading timestamps only back from the last record until the deque is full."""
-        keep = st.intervals.maxlen or len(records)
-        replay_below = chunk.replay_below
+        reading timestamps only back from the last record until the deque is full.
+
+        A gap needs the times of two consecutive records; a record whose line surely has no
+        time of its own (a Hugging Face dict, a tqdm bar) makes none, so only the records that
+        may have one are visited, from the last, each with the record before it.
+        """
+        keep = st.intervals.maxlen or 50
+        replay_below = chunk.replay_below - chunk.base
         gaps: list[float] = []
         times: dict[int, float | None] = {}
 
-        def time_of(i: int) -> float | None:
-            if i not in times:
-                line, k, _part, _p = records[i]
-                times[i] = chunk.time(line, k)
-            return times[i]
+        def time_of(pos: int) -> float | None:
+            if pos not in times:
+                times[pos] = records.time(pos)
+            return times[pos]
 
-        for i in range(len(records) - 1, -1, -1):
+        first = records.first()
+        for pos in records.maybe_timed():
             if len(gaps) >= keep:
                 break
-            line = records[i][0]
-            if line.offset < replay_below:
+            if pos == first or (pos >> _PART_BITS) < replay_below:
                 continue
-            t = time_of(i)
-            if i > 0:
-                prev = time_of(i - 1)
-                gap = t - prev if t is not None and prev is not None else 0.0  # same instant
-            elif not existed:
-                continue  # the record that created the state has no gap before it
-            elif t is not None and before_time is not None:
-                gap = t - before_time
-            else:
-                gap = now - before_mono
+            prev = records.before(pos)
+            if records.untimed(prev):
+                continue
+            t, p = time_of(pos), time_of(prev)
+            gap = t - p if t is not None and p is not None else 0.0
+            if gap > 0:
+                gaps.append(gap)
+        if len(gaps) < keep and existed and (first >> _PART_BITS) >= replay_below:
+            t = time_of(first)  # the chunk's first record: the gap since the last one before
+            gap = t - before_time if t is not None and before_time is not None \
+                else now - before_mono
             if gap > 0:
                 gaps.append(gap)
         st.intervals.extend(reversed(gaps))
@@ -944,6 +1523,49 @@ _SCALE_REMEDIATION = Remediation(
 )
 
 
+def _skipped(text: str) -> bool:
+    """The line reports skipped iterations or an overflow (fp16 loss scaling)."""
+    return ("kip" in text or "verflow" in text or "VERFLOW" in text) and \
+        _SKIPPED_RE.search(text) is not None
+
+
+class _Sums:
+    """Sums over one rank's records of one prepass shape between two positions: how many,
+    whether any has a loss or grad norm, and the last loss (with its position)."""
+
+    def __init__(self, shape: Shape, idx: list[int]) -> None:
+        self.shape = shape
+        self.idx = idx
+        self._pos: list[int] | None = None
+        losses, norms = shape.losses, shape.grad_norms
+        # indices (into idx) of the records with a loss, with a loss or a grad norm
+        self._loss = [j for j, i in enumerate(idx) if losses[i] is not None]
+        self._figure = self._loss if shape.kind != "megatron" else [
+            j for j, i in enumerate(idx) if losses[i] is not None or norms[i] is not None]
+
+    def between(self, lo: int, hi: int) -> tuple[int, bool, tuple[int, float] | None]:
+        shape, idx = self.shape, self.idx
+        if lo < 0 and hi >= 1 << 62:
+            a, b = 0, len(idx)
+        else:
+            if self._pos is None:
+                self._pos = [_pos(*shape.key(i)) for i in idx]
+            a = bisect_right(self._pos, lo)
+            b = bisect_left(self._pos, hi)
+        if a >= b:
+            return 0, False, None
+        k = bisect_left(self._loss, b) - 1
+        last: tuple[int, float] | None = None
+        if k >= 0 and self._loss[k] >= a:
+            i = idx[self._loss[k]]
+            value = shape.losses[i]
+            assert value is not None
+            last = (_pos(*shape.key(i)), value)
+        f = bisect_left(self._figure, a)
+        figures = f < len(self._figure) and self._figure[f] < b
+        return b - a, figures, last
+
+
 @dataclass(slots=True)
 class _Numbers:
     bad: int = 0
@@ -1000,45 +1622,168 @@ class BadNumbersDetector(_Base):
         progress = self.reader.read(line)
         if progress is None or progress.eval:
             return ()
-        return self._take(info, line.rank, line.text, progress, event.replaying,
+        rec = record_of(line.offset, 0, line.rank, progress, _skipped(line.text))
+        return self._take(info, self._state(info, line.rank), rec, event.replaying,
                           lambda: line)
 
-    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
-        info = chunk.stream.info
-        key = info.key
-        reader = self.reader
-        replay_below = chunk.replay_below
-        out: list[Detection] = []
-        for line, k, part in _delivered(chunk, mask):
-            if not self._fresh_at(key, line.offset):
-                continue
-            progress = reader.read_part(chunk, line, k, part.text)
-            if progress is None or progress.eval:
-                continue
-            found = self._take(
-                info, part.rank, part.text, progress, line.offset < replay_below,
-                _line_maker(info, line, part))
-            if found:
-                out.extend(found)
-        reader.chunk_done(chunk)
-        return out
-
-    def _take(self, info: StreamInfo, rank: str | None, text: str, progress: Progress,
-              replaying: bool, make_line: Callable[[], LogLine]) -> list[Detection]:
-        """One progress record of a stream and rank; ``make_line`` builds the detection's
-        line only when there is a detection."""
+    def _state(self, info: StreamInfo, rank: str | None) -> _Numbers:
         key = f"{info.key}\x1f{rank or '-'}\x1fnumbers"  # one state per stream and rank
         st = self._series.get(key)
         if st is None:
             st = self._series[key] = _Numbers()
             while len(self._series) > MAX_SERIES:
                 self._series.popitem(last=False)
+        return st
+
+    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        """As ``on_line`` for each delivered part, in order; the prepass's records (finite,
+        never an overflow line) are taken per rank in blocks between the records that can
+        change anything (a new loss scale, skipped iterations, a line read on its own)."""
+        info = chunk.stream.info
+        reader = self.reader
+        floor = self._floor(chunk)
+        lines: list[tuple[int, ProgressRecord, ChunkLine, Part]] = []
+        last = -1
+        for line, k, part in _delivered(chunk, mask):
+            if floor is not None and line.start <= floor:
+                continue
+            last = line.start
+            if line.covered:
+                continue
+            progress = reader.read_part(chunk, line, k, part.text)
+            if progress is None or progress.eval:
+                continue
+            lines.append((_pos(line.start, k),
+                          record_of(line.start, k, part.rank, progress, _skipped(part.text)),
+                          line, part))
+        fresh = _Fresh.of(reader.bulk_of(chunk), floor)
+        self._counted(chunk, max(last, fresh.last_line))
+        reader.chunk_done(chunk)
+        by_rank: dict[str | None, tuple[list[tuple[Shape, list[int]]],
+                                        list[tuple[int, ProgressRecord, ChunkLine, Part]]]]
+        by_rank = {}
+        for rank, shape, idx in fresh.by_rank():
+            by_rank.setdefault(rank, ([], []))[0].append((shape, idx))
+        for item in lines:
+            by_rank.setdefault(item[1][R_RANK], ([], []))[1].append(item)
+        if not by_rank:
+            return []
+
+        def first_pos(rank: str | None) -> int:
+            blocks, items = by_rank[rank]
+            cands = [_pos(*shape.key(idx[0])) for shape, idx in blocks]
+            if items:
+                cands.append(items[0][0])
+            return min(cands)
+
+        ranks = sorted(by_rank, key=first_pos)  # series are created in line order
+        prefix = f"{info.key}\x1f"
+        new = sum(1 for r in ranks if f"{prefix}{r or '-'}\x1fnumbers" not in self._series)
+        if len(self._series) + new > MAX_SERIES:
+            return self._chunk_in_order(chunk, by_rank)  # which series are evicted: in order
         out: list[Detection] = []
-        overflow = progress.overflow or (
-            ("kip" in text or "verflow" in text or "VERFLOW" in text)
-            and _SKIPPED_RE.search(text) is not None)
+        for rank in ranks:
+            blocks, items = by_rank[rank]
+            out.extend(self._rank_chunk(chunk, self._state(info, rank), blocks, items))
+        out.sort(key=lambda d: d.offset if d.offset is not None else -1)
+        return out
+
+    def _rank_chunk(self, chunk: Chunk, st: _Numbers, blocks: list[tuple[Shape, list[int]]],
+                    items: list[tuple[int, ProgressRecord, ChunkLine, Part]]) -> list[Detection]:
+        """One rank's records of a chunk: the events one by one (``_take``), the ordinary
+        prepass records between them as one sum each."""
+        info = chunk.stream.info
+        replay_below = chunk.replay_below - chunk.base
+        events: list[tuple[int, ProgressRecord, Callable[[], LogLine]]] = [
+            (pos, rec, _part_line(info, line, part))
+            for pos, rec, line, part in items]
+        # the loss scales of the per-line records, by position (they move the running scale)
+        scales_at = [(pos, sc) for pos, rec, _l, _p in items
+                     if (sc := rec[R_LOSS_SCALE]) is not None and math.isfinite(sc)]
+        for shape, idx in blocks:
+            scales, skipped = shape.loss_scales, shape.skipped
+            if skipped is None and not shape.scaled:
+                continue
+            cur = st.scale
+            starts = shape.starts
+            nxt = 0
+            for i in idx:
+                if nxt < len(scales_at):
+                    here = _pos(*shape.key(i))
+                    while nxt < len(scales_at) and scales_at[nxt][0] < here:
+                        cur = scales_at[nxt][1]
+                        nxt += 1
+                sc = scales[i]
+                if (skipped is not None and skipped[i]) or (sc is not None and sc != cur):
+                    rec = shape.record(i)
+                    events.append((_pos(starts[i], rec[R_PART]), rec,
+                                   _bulk_line(chunk, rec)))
+                if sc is not None:
+                    cur = sc
+        sums = [_Sums(shape, idx) for shape, idx in blocks]
+        out: list[Detection] = []
+        if not events:
+            self._add(st, sums, -1, 1 << 62)
+            return out
+        events.sort(key=itemgetter(0))
+        prev = -1
+        for pos, rec, make in events:
+            self._add(st, sums, prev, pos)
+            out.extend(self._take(info, st, rec, (pos >> _PART_BITS) < replay_below, make))
+            prev = pos
+        self._add(st, sums, prev, 1 << 62)
+        return out
+
+    @staticmethod
+    def _add(st: _Numbers, sums: list[_Sums], lo: int, hi: int) -> None:
+        """The ordinary prepass records strictly between positions ``lo`` and ``hi``: what
+        ``_take`` does for each (count it since the last overflow; a finite loss or grad norm
+        ends any run of bad numbers; the loss is the last finite one)."""
+        count = 0
+        figures = False
+        loss: tuple[int, float] | None = None
+        for s in sums:
+            n, any_figure, last_loss = s.between(lo, hi)
+            count += n
+            figures = figures or any_figure
+            if last_loss is not None and (loss is None or last_loss[0] > loss[0]):
+                loss = last_loss
+        if not count:
+            return
+        st.since_overflow += count
+        if figures:
+            st.bad, st.which, st.first_bad_step, st.fired = 0, set(), None, False
+        if loss is not None:
+            st.last_finite_loss = loss[1]
+
+    def _chunk_in_order(self, chunk: Chunk, by_rank: dict[Any, Any]) -> list[Detection]:
+        """Every record of the chunk in line order, one at a time."""
+        info = chunk.stream.info
+        replay_below = chunk.replay_below - chunk.base
+        items: list[tuple[int, ProgressRecord, Callable[[], LogLine]]] = []
+        for blocks, lines in by_rank.values():
+            for shape, idx in blocks:
+                for i in idx:
+                    rec = shape.record(i)
+                    items.append((_pos(rec[R_START], rec[R_PART]), rec,
+                                  _bulk_line(chunk, rec)))
+            for pos, rec, line, part in lines:
+                items.append((pos, rec, _part_line(info, line, part)))
+        items.sort(key=itemgetter(0))
+        out: list[Detection] = []
+        for pos, rec, make in items:
+            out.extend(self._take(info, self._state(info, rec[R_RANK]), rec,
+                                  (pos >> _PART_BITS) < replay_below, make))
+        return out
+
+    def _take(self, info: StreamInfo, st: _Numbers, rec: ProgressRecord, replaying: bool,
+              make_line: Callable[[], LogLine]) -> list[Detection]:
+        """One progress record of a stream and rank; ``make_line`` builds the detection's
+        line only when there is a detection."""
+        out: list[Detection] = []
+        overflow = bool(rec[R_FLAGS] & (F_OVERFLOW | F_SKIPPED))
         st.since_overflow = 0 if overflow else st.since_overflow + 1
-        scale = progress.loss_scale
+        scale = rec[R_LOSS_SCALE]
         if scale is not None and math.isfinite(scale):
             if st.scale is not None and scale < st.scale:
                 st.since_overflow = 0  # the scaler just halved: this step overflowed
@@ -1058,18 +1803,20 @@ class BadNumbersDetector(_Base):
                                ("min_loss_scale", _fmt(self.min_loss_scale))]))
             elif scale > self.min_loss_scale:
                 st.scale_fired = False
-        if progress.loss is None and progress.grad_norm is None:
+        loss, grad_norm = rec[R_LOSS], rec[R_GRAD_NORM]
+        if loss is None and grad_norm is None:
             return out
-        nonfinite = set(progress.nonfinite)
+        nonfinite = {name for name, value in (("loss", loss), ("grad_norm", grad_norm))
+                     if value is not None and not math.isfinite(value)}
         if "loss" not in nonfinite and st.since_overflow <= self.overflow_grace:
             nonfinite.discard("grad_norm")  # fp16: an overflowing step reports inf/nan norm
         if not nonfinite:
             st.bad, st.which, st.first_bad_step, st.fired = 0, set(), None, False
-            if progress.loss is not None:
-                st.last_finite_loss = progress.loss
+            if loss is not None:
+                st.last_finite_loss = loss
             return out
         if st.bad == 0:
-            st.first_bad_step = progress.step
+            st.first_bad_step = rec[R_STEP]
         st.bad += 1
         st.which |= nonfinite
         if st.bad >= self.consecutive and not st.fired:
