@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from typing import Any
 
 import structlog
 
@@ -36,6 +37,7 @@ from sigwatch.detectors.base import (
 )
 from sigwatch.detectors.rootcause import RootCauseCorrelator
 from sigwatch.detectors.signatures import HOLD_SECONDS, SignatureDetector
+from sigwatch.engine.cache import unigram
 from sigwatch.engine.matcher import DEFAULT_REGEX_TIMEOUT, Matcher
 from sigwatch.framing.lines import Segment
 from sigwatch.framing.normalize import normalize, normalize_line
@@ -203,20 +205,37 @@ class Interests:
 
 
 class _Pass:
-    """Some interest patterns joined into one alternation, each with its bit."""
+    """Some interest patterns joined into one alternation, each with its bit.
+
+    Patterns that are sets of literals (``literal_interest`` builds them so) are searched by
+    their rarest bytes: each literal is entered from the byte of it that logs hold least, so
+    the search stops on few bytes (an "error" found by its "rror", "MI300" by its "300"). A
+    line found that way is then tested with every pattern itself, so the lines and bits are
+    exactly those the patterns select.
+    """
 
     def __init__(self, patterns: Sequence[tuple[int, re.Pattern[bytes]]]) -> None:
         self.patterns = list(patterns)
         self.combined: re.Pattern[bytes] | None = None
-        if len(self.patterns) > 1:
+        self.rotated = False
+        if len(self.patterns) > 1 or any(_literals(p) for _b, p in self.patterns):
+            flags = {p.flags for _bit, p in self.patterns}
+            literals: list[tuple[frozenset[int], ...]] = []
+            others: list[bytes] = []
+            for _bit, p in self.patterns:
+                found = _literals(p)
+                if found is None:
+                    others.append(p.pattern)
+                else:
+                    literals.extend(found)
+            branches = [*(_rare_trie(literals) if literals else []), *others]
             # Joined flat, not each in a group: an alternation whose every branch starts with
             # a literal byte lets ``re`` skip from candidate byte to candidate byte in C; a
             # group around a branch would make it try every position.
-            flags = {p.flags for _bit, p in self.patterns}
             try:
                 if len(flags) == 1:
-                    self.combined = re.compile(b"|".join(p.pattern for _b, p in self.patterns),
-                                               flags.pop())
+                    self.combined = re.compile(b"|".join(branches), flags.pop())
+                    self.rotated = bool(literals)
             except re.error:  # global inline flags in a user pattern: one pass each
                 self.combined = None
         elif self.patterns:
@@ -233,7 +252,8 @@ class _Pass:
             for bit, pattern in patterns:
                 self._one(pattern, bit, data, found)
             return
-        single = len(patterns) == 1
+        single = len(patterns) == 1 and not self.rotated
+        exact = self.rotated
         search = combined.search
         pos = 0
         while True:  # one hit per line: continue from the end of the line hit
@@ -249,14 +269,17 @@ class _Pass:
                 bits = patterns[0][0]
             else:
                 bits = 0
+                # a rotated literal was found by its tail: the pattern starts before it
+                frm = start if exact else at
                 for bit, pattern in patterns:
-                    if pattern.search(data, at, end + 1) is not None:
+                    if pattern.search(data, frm, end + 1) is not None:
                         bits |= bit
-            entry = found.get(start)
-            if entry is None:
-                found[start] = [end, bits]
-            else:
-                entry[1] |= bits
+            if bits:
+                entry = found.get(start)
+                if entry is None:
+                    found[start] = [end, bits]
+                else:
+                    entry[1] |= bits
             pos = end + 1
 
     @staticmethod
@@ -278,6 +301,117 @@ class _Pass:
             else:
                 entry[1] |= bit
             pos = end + 1
+
+
+_Token = frozenset[int]  # the bytes one position of a literal may hold ({x} or {x, X})
+_MAX_LITERALS = 1024
+
+
+def _literals(pattern: re.Pattern[bytes]) -> list[tuple[_Token, ...]] | None:
+    """The literals a pattern is a set of (an alternation of byte sequences, each position
+    one byte or a few, such as both cases of a letter), or None for any other pattern."""
+    if pattern.flags & ~re.ASCII & ~re.UNICODE & ~re.DEBUG & (re.IGNORECASE | re.MULTILINE
+                                                               | re.DOTALL | re.VERBOSE):
+        return None
+    try:
+        tree = re._parser.parse(pattern.pattern.decode("latin-1"), 0)
+    except (re.error, UnicodeDecodeError):  # pragma: no cover - a compiled pattern parses
+        return None
+    found = _expand(list(tree.data))
+    if found is None or not found or any(len(lit) < 2 for lit in found):
+        return None
+    return found
+
+
+def _expand(items: list[tuple[Any, Any]]) -> list[tuple[_Token, ...]] | None:
+    """Every literal a sequence of parsed items stands for (None: not a literal set)."""
+    out: list[tuple[_Token, ...]] = [()]
+    for op, av in items:
+        name = str(op)
+        alts: list[tuple[_Token, ...]]
+        if name == "LITERAL":
+            alts = [(frozenset((av,)),)]
+        elif name == "IN":
+            chars: set[int] = set()
+            for iop, iav in av:
+                if str(iop) == "LITERAL":
+                    chars.add(iav)
+                elif str(iop) == "RANGE" and iav[1] - iav[0] < 4:
+                    chars.update(range(iav[0], iav[1] + 1))
+                else:
+                    return None
+            if not chars or len(chars) > 4:
+                return None
+            alts = [(frozenset(chars),)]
+        elif name == "BRANCH":
+            alts = []
+            for branch in av[1]:
+                sub = _expand(list(branch.data))
+                if sub is None:
+                    return None
+                alts.extend(sub)
+        elif name == "SUBPATTERN" and av[1] == 0 and av[2] == 0:
+            sub = _expand(list(av[3].data))
+            if sub is None:
+                return None
+            alts = sub
+        else:
+            return None
+        out = [head + tail for head in out for tail in alts]
+        if len(out) > _MAX_LITERALS:
+            return None
+    return out
+
+
+def _rare_trie(literals: list[tuple[_Token, ...]]) -> list[bytes]:
+    """Alternatives (each led by one byte) that find every literal by its rarest part.
+
+    Each literal is entered at the position whose bytes are rarest in logs (the engine's
+    byte counts of its reference sample), keeping at least two positions after it, with a
+    bias towards bytes already chosen for another literal (they cost no more stops).
+    """
+    counts = unigram()
+    total = max(sum(counts), 1)
+
+    def rate(token: Iterable[int]) -> float:
+        return sum(counts[b] + 1 for b in token) / total
+
+    def offsets(lit: tuple[_Token, ...]) -> range:
+        return range(max(0, len(lit) - 3) + 1 if len(lit) >= 3 else 1)
+
+    def cheapest(lit: tuple[_Token, ...], others: set[int]) -> int:
+        return min(offsets(lit), key=lambda i: (rate(lit[i] - others), i))
+
+    starts = [cheapest(lit, set()) for lit in literals]
+    for _round in range(3):  # each literal again, given the bytes the others stop on
+        for n, lit in enumerate(literals):
+            others: set[int] = set()
+            for m, (other, i) in enumerate(zip(literals, starts, strict=True)):
+                if m != n:
+                    others.update(other[i])
+            starts[n] = cheapest(lit, others)
+    root: dict[Any, Any] = {}
+    for lit, i in zip(literals, starts, strict=True):
+        key = lit[i:]
+        for first in sorted(key[0]):
+            node = root.setdefault(re.escape(bytes((first,))), {})
+            for token in key[1:]:
+                node = node.setdefault(_token_regex(token), {})
+            node[b""] = {}
+
+    def emit(node: dict[bytes, Any]) -> bytes:
+        if b"" in node:
+            return b""  # a shorter key ends here: it decides the stop already
+        alts = [tok + emit(child) for tok, child in sorted(node.items())]
+        return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+
+    return [tok + emit(child) for tok, child in sorted(root.items())]
+
+
+def _token_regex(token: _Token) -> bytes:
+    if len(token) == 1:
+        return re.escape(bytes(token))
+    return b"[" + b"".join(re.escape(bytes((b,))) for b in sorted(token)) + b"]"
 
 
 class Pipeline:
