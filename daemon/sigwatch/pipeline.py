@@ -478,6 +478,12 @@ class Pipeline:
         # Per detector: the bits of its interests in ``self.interests``.
         self._masks = [self.interests.mask(want) for want in wants]
         self._line_detectors = [(i, d) for i, d in enumerate(self.detectors) if i not in chunked]
+        # Interests of the per-line detectors that read a line's own time (``line_time``):
+        # the timestamp of a line only they get is not parsed for the others.
+        self._timed_mask = 0
+        for i, line_detector in self._line_detectors:
+            if getattr(line_detector, "line_time", True):
+                self._timed_mask |= self._masks[i]
         self._line_mask = 0
         self._chunk_mask = 0
         for i in range(len(self.detectors)):
@@ -755,6 +761,11 @@ class Pipeline:
         out: list[Detection] = []
         engine = self.engine
         recent = _Recent(data, start, stream.tail)
+        timed = self._timed_mask
+
+        def bits_want_time(entry: tuple[int, int] | None) -> bool:
+            return entry is not None and bool(entry[1] & timed)
+
         allowed = stream.allowed
         times: list[float | None] | None = None
         for part, (rank, text) in enumerate(normalize(raw)):
@@ -766,8 +777,9 @@ class Pipeline:
                 matched.setdefault(start, {})[part] = matches
             if not matches and interested is None:
                 continue
-            if seg_time is None:
-                # The line's own time, from its prefix: parsed for candidate lines only.
+            if seg_time is None and (matches or bits_want_time(interested)):
+                # The line's own time, from its prefix: parsed for candidate lines only, and
+                # only when a detector that gets it reads it.
                 if times is None:
                     times = [n.time for n in normalize_line(raw)]
                 stamp = times[part] if part < len(times) else None

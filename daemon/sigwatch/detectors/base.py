@@ -22,6 +22,10 @@ lines it covers are then left out of the search for the interest patterns it ``c
 detector reads them from the prepass result, ``chunk.prepassed[prepass]``), so the lines that make
 up most of a training log cost no per-line work at all.
 
+A per-line detector that never reads ``event.line.time`` (the log's own time of the line) may
+say so with ``line_time = False``: the runtime then does not parse the timestamp of lines that
+only such detectors get.
+
 Detectors return detections; they never write to sinks. State that replay cannot rebuild
 (a deadline, a learned baseline) goes into ``snapshot``/``restore`` and the checkpoint.
 """

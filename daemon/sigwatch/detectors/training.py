@@ -568,7 +568,118 @@ def _tally(counts: dict[str, list[Any]], kind: str, n: int, step_time: float | N
         seen[3], seen[4] = throughput, tp_pos
 
 
-class StepTimeDetector(_Base):
+class _Trend(_Base):
+    """A sustained rise of a figure over its own rolling median (robust z-score and ratio),
+    per series: what step-time regressions and diverging losses have in common."""
+
+    refresh = 16  # baseline statistics recomputed every this many samples
+
+    def __init__(self, clock: Clock, reader: ProgressReader | None, host: str,
+                 metrics: SelfMetrics | None, status: str, *, window: int, warmup: int,
+                 min_baseline: int, z: float, ratio: float, sustain: int,
+                 rebaseline: int) -> None:
+        super().__init__(clock, reader, host, metrics, status)
+        self.window = window
+        self.warmup = warmup
+        self.min_baseline = min_baseline
+        self.z = z
+        self.ratio = ratio
+        self.sustain = sustain
+        self.rebaseline = rebaseline
+        self._series: OrderedDict[str, _StepSeries] = OrderedDict()
+
+    def _update(self, s: _StepSeries, x: float, step: int | None) -> tuple[float, float] | None:
+        s.seen += 1
+        if s.seen <= self.warmup:
+            return None
+        if len(s.baseline) < self.min_baseline:
+            s.keep(x)
+            return None
+        med, scale = s.robust(self.refresh)
+        hot = (x - med) / scale > self.z and x > self.ratio * med
+        if s.regressed:
+            if hot:
+                s.cool = 0
+                s.hot_since_alert += 1
+                s.run.append(x)
+                del s.run[:-self.window]
+                if s.hot_since_alert >= self.rebaseline:  # the new level is the new normal
+                    s.baseline = deque(s.run[-self.window:], maxlen=self.window)
+                    s.regressed, s.run, s.hot_since_alert, s.stats = False, [], 0, None
+            else:
+                s.cool += 1
+                s.keep(x)
+                if s.cool >= self.sustain:  # back to normal: a later slowdown alerts again
+                    s.regressed, s.run, s.hot_since_alert, s.cool = False, [], 0, 0
+            return None
+        if not hot:
+            s.run.clear()
+            s.run_step = None
+            s.keep(x)
+            return None
+        if not s.run:
+            s.run_step = step
+        s.run.append(x)
+        if len(s.run) < self.sustain:
+            return None
+        s.regressed = True
+        s.hot_since_alert = 0
+        return statistics.median(s.baseline), statistics.median(s.run)
+
+    def _update_many(self, s: _StepSeries, xs: list[float], step_of: Callable[[int], int | None],
+                     ) -> list[tuple[int, float, float, _Fired]]:
+        """``_update`` for each of ``xs`` in order; (index, before, after) of each that fired.
+
+        A stretch of ordinary samples (not hot, nothing open) is taken in one block up to the
+        next baseline refresh: each is counted and kept, exactly as ``_update`` would; a hot
+        sample, an open run and a regression go through ``_update`` itself.
+        """
+        fired: list[tuple[int, float, float, _Fired]] = []
+        n = len(xs)
+        i = 0
+        warmup, min_baseline, z, ratio = self.warmup, self.min_baseline, self.z, self.ratio
+        while i < n:
+            if s.seen < warmup:
+                take = min(warmup - s.seen, n - i)
+                s.seen += take
+                i += take
+                continue
+            if len(s.baseline) < min_baseline:
+                take = min(min_baseline - len(s.baseline), n - i)
+                s.seen += take
+                s.baseline.extend(xs[i:i + take])
+                s.stale += take
+                i += take
+                continue
+            if s.regressed or s.run:
+                got = self._update(s, xs[i], step_of(i))
+                if got is not None:
+                    fired.append((i, got[0], got[1], _Fired.of(s)))
+                i += 1
+                continue
+            med, scale = s.robust(self.refresh)
+            end = min(n, i + max(self.refresh - s.stale, 1))
+            j = i
+            while j < end:
+                x = xs[j]
+                if (x - med) / scale > z and x > ratio * med:
+                    break
+                j += 1
+            if j > i:  # not hot: counted, kept, the (empty) run cleared
+                s.seen += j - i
+                s.baseline.extend(xs[i:j])
+                s.stale += j - i
+                s.run_step = None
+                i = j
+            if j < end:
+                got = self._update(s, xs[j], step_of(j))
+                if got is not None:
+                    fired.append((j, got[0], got[1], _Fired.of(s)))
+                i = j + 1
+        return fired
+
+
+class StepTimeDetector(_Trend):
     """``step_time_regression``: a sustained rise of step time over its own rolling median."""
 
     name = "step_time"
@@ -589,15 +700,9 @@ class StepTimeDetector(_Base):
         status: str = "stable",
         metrics: SelfMetrics | None = None,
     ) -> None:
-        super().__init__(clock, reader, host, metrics, status)
-        self.window = window
-        self.warmup = warmup
-        self.min_baseline = min_baseline
-        self.z = z
-        self.ratio = ratio
-        self.sustain = sustain
-        self.rebaseline = rebaseline
-        self._series: OrderedDict[str, _StepSeries] = OrderedDict()
+        super().__init__(clock, reader, host, metrics, status, window=window, warmup=warmup,
+                         min_baseline=min_baseline, z=z, ratio=ratio, sustain=sustain,
+                         rebaseline=rebaseline)
         self._evidence: dict[str, _Evidence] = {}
         self._interest = re.compile(self.reader.interest.pattern + b"|" + _PLATFORM_INTEREST)
         self._interests = (self.reader.interest, _PLATFORM_INTEREST_RE)
@@ -878,96 +983,6 @@ class StepTimeDetector(_Base):
                 metrics.step_seconds.labels(info.source, kind).set(step_time)
             if throughput is not None:
                 metrics.throughput.labels(info.source, kind).set(throughput)
-
-    def _update(self, s: _StepSeries, x: float, step: int | None) -> tuple[float, float] | None:
-        s.seen += 1
-        if s.seen <= self.warmup:
-            return None
-        if len(s.baseline) < self.min_baseline:
-            s.keep(x)
-            return None
-        med, scale = s.robust(16)
-        hot = (x - med) / scale > self.z and x > self.ratio * med
-        if s.regressed:
-            if hot:
-                s.cool = 0
-                s.hot_since_alert += 1
-                s.run.append(x)
-                del s.run[:-self.window]
-                if s.hot_since_alert >= self.rebaseline:  # the new level is the new normal
-                    s.baseline = deque(s.run[-self.window:], maxlen=self.window)
-                    s.regressed, s.run, s.hot_since_alert, s.stats = False, [], 0, None
-            else:
-                s.cool += 1
-                s.keep(x)
-                if s.cool >= self.sustain:  # back to normal: a later slowdown alerts again
-                    s.regressed, s.run, s.hot_since_alert, s.cool = False, [], 0, 0
-            return None
-        if not hot:
-            s.run.clear()
-            s.run_step = None
-            s.keep(x)
-            return None
-        if not s.run:
-            s.run_step = step
-        s.run.append(x)
-        if len(s.run) < self.sustain:
-            return None
-        s.regressed = True
-        s.hot_since_alert = 0
-        return statistics.median(s.baseline), statistics.median(s.run)
-
-    def _update_many(self, s: _StepSeries, xs: list[float], step_of: Callable[[int], int | None],
-                     ) -> list[tuple[int, float, float, _Fired]]:
-        """``_update`` for each of ``xs`` in order; (index, before, after) of each that fired.
-
-        A stretch of ordinary samples (not hot, nothing open) is taken in one block up to the
-        next baseline refresh: each is counted and kept, exactly as ``_update`` would; a hot
-        sample, an open run and a regression go through ``_update`` itself.
-        """
-        fired: list[tuple[int, float, float, _Fired]] = []
-        n = len(xs)
-        i = 0
-        warmup, min_baseline, z, ratio = self.warmup, self.min_baseline, self.z, self.ratio
-        while i < n:
-            if s.seen < warmup:
-                take = min(warmup - s.seen, n - i)
-                s.seen += take
-                i += take
-                continue
-            if len(s.baseline) < min_baseline:
-                take = min(min_baseline - len(s.baseline), n - i)
-                s.seen += take
-                s.baseline.extend(xs[i:i + take])
-                s.stale += take
-                i += take
-                continue
-            if s.regressed or s.run:
-                got = self._update(s, xs[i], step_of(i))
-                if got is not None:
-                    fired.append((i, got[0], got[1], _Fired.of(s)))
-                i += 1
-                continue
-            med, scale = s.robust(16)
-            end = min(n, i + max(16 - s.stale, 1))
-            j = i
-            while j < end:
-                x = xs[j]
-                if (x - med) / scale > z and x > ratio * med:
-                    break
-                j += 1
-            if j > i:  # not hot: counted, kept, the (empty) run cleared
-                s.seen += j - i
-                s.baseline.extend(xs[i:j])
-                s.stale += j - i
-                s.run_step = None
-                i = j
-            if j < end:
-                got = self._update(s, xs[j], step_of(j))
-                if got is not None:
-                    fired.append((j, got[0], got[1], _Fired.of(s)))
-                i = j + 1
-        return fired
 
     def _note_platform(self, key: str, text: str, matches: Sequence[Match]) -> None:
         ev = self._evidence.get(key)
