@@ -30,6 +30,7 @@ from sigwatch.detectors.progress import Extractor
 from sigwatch.detectors.templates import NovelErrorDetector
 from sigwatch.detectors.training import (
     BadNumbersDetector,
+    LossTrendDetector,
     ProgressReader,
     StallDetector,
     StepTimeDetector,
@@ -136,6 +137,7 @@ def build_detectors(settings: DetectorSettings | None = None, *, clock: Clock, h
                 StepTimeDetector(clock, reader=reader, host=host, metrics=metrics),
                 StallDetector(clock, reader=reader, host=host, metrics=metrics),
                 BadNumbersDetector(clock, reader=reader, host=host, metrics=metrics),
+                LossTrendDetector(clock, reader=reader, host=host, metrics=metrics),
                 BurstDetector(clock, miner=novel.miner, host=host)]
     reader = ProgressReader([Extractor.user(e.name, e.regex) for e in settings.extractors])
     out: list[Detector] = []
@@ -158,6 +160,8 @@ def build_detectors(settings: DetectorSettings | None = None, *, clock: Clock, h
         out.append(BadNumbersDetector(
             clock, reader=reader, consecutive=settings.bad_numbers.consecutive,
             min_loss_scale=settings.bad_numbers.min_loss_scale, host=host, metrics=metrics))
+        # the loss doubling and staying up: training numerics too, enabled with them
+        out.append(LossTrendDetector(clock, reader=reader, host=host, metrics=metrics))
     if settings.burst.enabled:
         out.append(BurstDetector(clock, miner=novel.miner,
                                  window=settings.burst.window_seconds,

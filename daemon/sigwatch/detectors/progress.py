@@ -2,7 +2,8 @@
 
 Built-in extractors (one regex each, named groups) cover Megatron-LM iteration lines, Hugging
 Face Trainer loss dicts and its tqdm bars (``it/s`` and ``s/it``), Lightning progress bars (tqdm
-and "step N" styles), DeepSpeed (``step=N``, throughput timer, loss-scale overflow lines), nanoGPT
+and "step N" styles), DeepSpeed (``step=N``, throughput timer), the fp16 loss-scale overflow
+lines of DeepSpeed, Megatron and apex (the step was skipped, the scale lowered), nanoGPT
 (``iter N: loss X, time Yms``), Keras (``9ms/step``) and plain ``step N ... time`` prints. Users
 add their own: a regex with named groups ``step``, ``time`` (seconds) or ``time_ms``, ``loss``,
 ``grad_norm``, ``loss_scale``, ``throughput``.
@@ -52,6 +53,7 @@ class Progress:
     loss_scale: float | None = None
     eval: bool = False  # an evaluation / validation bar: activity, not a training step
     overflow: bool = False  # an fp16 overflow line: the step was skipped, scale lowered
+    attempted_scale: float | None = None  # an overflow line's scale before it was lowered
 
     @property
     def cost(self) -> float | None:
@@ -102,6 +104,8 @@ class Extractor:
         return cls(name, pattern, regex.encode())
 
 
+_SCALE = r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"  # a loss scale as optimizers print it
+_OVERFLOW_KINDS = frozenset({"deepspeed_overflow", "fp16_overflow", "apex_overflow"})
 _TQDM_RATE = (r"(?:(?P<it_per_s>\d+(?:\.\d+)?)\s?it/s|(?P<s_per_it>\d+(?:\.\d+)?)\s?s/it)")
 
 BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
@@ -119,6 +123,15 @@ BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
     Extractor("deepspeed_overflow", re.compile(
         r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: (?P<attempted>[\d.]+)"
         r"(?:, reducing to (?P<loss_scale>[\d.]+))?"), rb"OVERFLOW! Rank"),
+    # DeepSpeed's and Megatron's fp16 optimizers: "Overflow detected. Skipping step.
+    # Attempted loss scale: 1024, reducing to 512.0"
+    Extractor("fp16_overflow", re.compile(
+        r"Overflow detected\. Skipping step\. Attempted loss scale: (?P<attempted>" + _SCALE
+        + r"), reducing to (?P<loss_scale>" + _SCALE + r")"), rb"Overflow detected"),
+    # apex amp: "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 16384.0"
+    Extractor("apex_overflow", re.compile(
+        r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to "
+        r"(?P<loss_scale>" + _SCALE + r")"), rb"Gradient overflow"),
     Extractor("keras", re.compile(
         r"^\s*(?P<step>\d+)/\d+ - \d+s - (?P<time_ms>[\d.]+)ms/step"), rb"ms/step"),
     # tqdm (HF Trainer, Lightning's default bar, plain tqdm loops): "desc: 12%|...| 70/1000
@@ -141,7 +154,8 @@ BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
 
 _NEEDLES = {"megatron": "elapsed time per iteration", "nanogpt": "iter ",
             "deepspeed_throughput": "SamplesPerSec=", "deepspeed_step": "] step=",
-            "deepspeed_overflow": "OVERFLOW!", "keras": "ms/step", "tqdm": "%|",
+            "deepspeed_overflow": "OVERFLOW!", "fp16_overflow": "Overflow detected",
+            "apex_overflow": "Gradient overflow", "keras": "ms/step", "tqdm": "%|",
             "hf_dict": "{'", "lightning_rich": "\u2022"}
 BUILTIN_EXTRACTORS = tuple(replace(e, needle=_NEEDLES.get(e.name, ""))
                            for e in BUILTIN_EXTRACTORS)
@@ -269,6 +283,7 @@ class ProgressParser:
         loss = _group(m, "loss")
         scale = _group(m, "loss_scale")
         grad = _group(m, "grad_norm")
+        attempted = _group(m, "attempted")
         if name == "plain" and step_time is None and throughput is None and "loss" not in fields:
             return None
         return Progress(
@@ -276,7 +291,8 @@ class ProgressParser:
             loss=parse_number(loss) if loss else fields.get("loss"),
             grad_norm=parse_number(grad) if grad else fields.get("grad_norm"),
             loss_scale=parse_number(scale) if scale else fields.get("loss_scale"),
-            eval=is_eval, overflow=name == "deepspeed_overflow",
+            eval=is_eval, overflow=name in _OVERFLOW_KINDS,
+            attempted_scale=parse_number(attempted) if attempted else None,
         )
 
 
@@ -457,13 +473,15 @@ R_GRAD_NORM: Final = 8
 R_LOSS_SCALE: Final = 9
 R_FLAGS: Final = 10
 R_COST: Final = 11  # ``Progress.cost``
+R_ATTEMPTED: Final = 12  # ``Progress.attempted_scale``
 # R_FLAGS bits
 F_EVAL: Final = 1  # an evaluation bar: activity, not a training step
 F_OVERFLOW: Final = 2  # an fp16 overflow line (the step was skipped)
 F_SKIPPED: Final = 4  # the text reports skipped iterations or an overflow (the bad-numbers test)
 
 ProgressRecord = tuple[int, int, str | None, str, int | None, float | None, float | None,
-                       float | None, float | None, float | None, int, float | None]
+                       float | None, float | None, float | None, int, float | None,
+                       float | None]
 
 
 def record_of(start: int, part: int, rank: str | None, progress: Progress,
@@ -473,7 +491,7 @@ def record_of(start: int, part: int, rank: str | None, progress: Progress,
         F_SKIPPED if skipped else 0)
     return (start, part, rank, progress.kind, progress.step, progress.step_time,
             progress.throughput, progress.loss, progress.grad_norm, progress.loss_scale, flags,
-            progress.cost)
+            progress.cost, progress.attempted_scale)
 
 
 def progress_of(record: ProgressRecord) -> Progress:
@@ -481,7 +499,8 @@ def progress_of(record: ProgressRecord) -> Progress:
     flags = record[R_FLAGS]
     return Progress(record[R_KIND], record[R_STEP], record[R_STEP_TIME], record[R_THROUGHPUT],
                     record[R_LOSS], record[R_GRAD_NORM], record[R_LOSS_SCALE],
-                    eval=bool(flags & F_EVAL), overflow=bool(flags & F_OVERFLOW))
+                    eval=bool(flags & F_EVAL), overflow=bool(flags & F_OVERFLOW),
+                    attempted_scale=record[R_ATTEMPTED])
 
 
 @dataclass(slots=True)
@@ -514,7 +533,7 @@ class Shape:
         return (self.starts[i], self.parts[i] if self.parts is not None else 0, self.ranks[i],
                 self.kind, self.steps[i], t, None, self.losses[i], self.grad_norms[i],
                 self.loss_scales[i], F_SKIPPED if self.skipped and self.skipped[i] else 0,
-                t if t is not None and t > 0 else None)
+                t if t is not None and t > 0 else None, None)
 
     def key(self, i: int) -> tuple[int, int]:
         """(line start, part) of record ``i``: its place in the chunk."""

@@ -49,6 +49,7 @@ from sigwatch.detectors.base import Chunk, ChunkLine, LineEvent, Part, StreamCon
 from sigwatch.detectors.progress import (
     F_OVERFLOW,
     F_SKIPPED,
+    R_ATTEMPTED,
     R_COST,
     R_FLAGS,
     R_GRAD_NORM,
@@ -80,6 +81,7 @@ __all__ = [
     "INCIDENT_004_REMEDIATION",
     "BadNumbersDetector",
     "LastProgress",
+    "LossTrendDetector",
     "ProgressReader",
     "StallDetector",
     "StepTimeDetector",
@@ -87,7 +89,8 @@ __all__ = [
 
 # Whose fault each detection of this module is: bad numbers come from the job's own training
 # configuration; a slowdown or a stall may be the node's or the job's, so it is not known.
-OWNER_OF = {"training_nonfinite": "user", "training_loss_scale_minimum": "user"}
+OWNER_OF = {"training_nonfinite": "user", "training_loss_scale_minimum": "user",
+            "training_loss_scale_collapse": "user", "training_loss_diverged": "user"}
 
 MAX_SERIES = 1000
 
@@ -402,6 +405,10 @@ def _series_key(info: StreamInfo, line: LogLine, kind: str) -> str:
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
+
+
+def _fmt_scale(x: float) -> str:
+    return f"{x:.6g}"  # a loss scale: 65536, not 6.554e+04
 
 
 # -- step time -----------------------------------------------------------------------------------
@@ -1059,6 +1066,262 @@ class StepTimeDetector(_Trend):
                           for k, v in dict(state.get("evidence", {})).items()}
 
 
+# -- loss trend ----------------------------------------------------------------------------------
+
+_DIVERGED_REMEDIATION = Remediation(
+    summary="The training loss doubled over its recent level and stayed there: the run "
+            "diverged (a learning-rate spike, bad data, an optimizer state gone wrong) and "
+            "further steps are likely wasted.",
+    steps=(
+        "Stop the run or roll back to the last checkpoint from before the jump.",
+        ("Look at what changed at that step: learning-rate schedule (warm-up end, restart), "
+         "a new data shard, a resumed optimizer state."),
+        "Lower the learning rate or enable gradient clipping before resuming.",
+    ),
+    action="fix_job_config",
+)
+
+
+class LossTrendDetector(_Trend):
+    """``training_loss_diverged``: the loss at least doubled over its own rolling median and
+    stayed there for ``sustain`` progress lines in a row (a single spike, noise around a
+    falling loss, and the early fall of the loss raise nothing).
+
+    One series per stream, rank and progress shape (a Megatron line's loss and a tqdm bar's
+    are different figures); the same rolling median, robust z-score and sustain rule as the
+    step time (``_Trend``), with ``ratio`` 2: hot means at least twice the median and far
+    outside its spread. After ``rebaseline`` hot lines the new level is the new normal.
+    """
+
+    name = "loss_trend"
+    refresh = 25
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        reader: ProgressReader | None = None,
+        window: int = 100,
+        warmup: int = 20,
+        min_baseline: int = 30,
+        z: float = 3.5,
+        ratio: float = 2.0,
+        sustain: int = 8,
+        rebaseline: int = 100,
+        host: str = "",
+        status: str = "stable",
+        metrics: SelfMetrics | None = None,
+    ) -> None:
+        super().__init__(clock, reader, host, metrics, status, window=window, warmup=warmup,
+                         min_baseline=min_baseline, z=z, ratio=ratio, sustain=sustain,
+                         rebaseline=rebaseline)
+        self._steps: dict[str, int] = {}  # series -> the last step it printed
+
+    def on_open(self, stream: StreamContext) -> None:
+        return None
+
+    def on_close(self, stream: StreamContext, *, clean: bool) -> Sequence[Detection]:
+        return ()
+
+    def tick(self, now: float) -> Sequence[Detection]:
+        return ()
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    def _series_of(self, skey: str, step: int | None = None) -> _StepSeries:
+        """The series of ``skey``; started afresh when ``step`` goes back (a restarted or
+        another run printing in the same stream: its losses are not this one's)."""
+        series = self._series.get(skey)
+        last = self._steps.get(skey)
+        if series is None or (step is not None and last is not None and step < last):
+            series = self._series[skey] = _StepSeries("loss", deque(maxlen=self.window))
+            while len(self._series) > MAX_SERIES:
+                gone, _s = self._series.popitem(last=False)
+                self._steps.pop(gone, None)
+        if step is not None:
+            self._steps[skey] = step
+        self._series.move_to_end(skey)
+        return series
+
+    def on_line(self, event: LineEvent) -> Sequence[Detection]:
+        line = event.line
+        info = event.stream.info
+        if not self._fresh(event):
+            return ()
+        progress = self.reader.read(line)
+        loss = _loss_of(progress)
+        if progress is None or loss is None:
+            return ()
+        series = self._series_of(f"{info.key}\x1f{line.rank or '-'}\x1f{progress.kind}",
+                                 progress.step)
+        got = self._update(series, loss, progress.step)
+        if got is None or event.replaying:
+            return ()
+        return (self._diverged(info, line, progress, _Fired.of(series), got[0], got[1]),)
+
+    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        """As ``on_line`` for each delivered part, in order; a series read only by the
+        prepass in blocks (``_update_many``)."""
+        info = chunk.stream.info
+        reader = self.reader
+        floor = self._floor(chunk)
+        lines: list[tuple[int, ProgressRecord, ChunkLine, Part]] = []
+        last = -1
+        for line, k, part in _delivered(chunk, mask):
+            if floor is not None and line.start <= floor:
+                continue
+            last = line.start
+            if line.covered:
+                continue
+            progress = reader.read_part(chunk, line, k, part.text)
+            if progress is not None and _loss_of(progress) is not None:
+                lines.append((_pos(line.start, k),
+                              record_of(line.start, k, part.rank, progress, False), line, part))
+        fresh = _Fresh.of(reader.bulk_of(chunk), floor)
+        self._counted(chunk, max(last, fresh.last_line))
+        reader.chunk_done(chunk)
+        groups: dict[tuple[str | None, str], tuple[list[tuple[Shape, list[int]]],
+                                                  list[tuple[int, ProgressRecord, ChunkLine,
+                                                             Part]]]] = {}
+        for rank, shape, all_idx in fresh.by_rank():
+            losses = shape.losses
+            idx = [i for i in all_idx if losses[i] is not None]
+            if idx:
+                groups.setdefault((rank, shape.kind), ([], []))[0].append((shape, idx))
+        for item in lines:
+            rec = item[1]
+            groups.setdefault((rec[R_RANK], rec[R_KIND]), ([], []))[1].append(item)
+        if not groups:
+            return []
+        prefix = f"{info.key}\x1f"
+        new = sum(1 for rank, kind in groups
+                  if f"{prefix}{rank or '-'}\x1f{kind}" not in self._series)
+        in_order = len(self._series) + new > MAX_SERIES  # eviction order: line by line
+        items: list[tuple[int, str, float, int | None, Callable[[], tuple[LogLine,
+                                                                        Progress]]]] = []
+        fired: list[tuple[int, _Fired, float, float, Callable[[], tuple[LogLine,
+                                                                       Progress]]]] = []
+        touched: list[tuple[int, str]] = []
+        for (rank, kind), (blocks, recs) in groups.items():
+            skey = f"{prefix}{rank or '-'}\x1f{kind}"
+            if not recs and len(blocks) == 1 and not in_order:
+                shape, idx = blocks[0]
+                losses, steps = shape.losses, shape.steps
+                for seg in _runs(steps, idx, self._steps.get(skey)):  # split where steps go back
+                    xs = [x for i in seg if (x := losses[i]) is not None]
+                    series = self._series_of(skey, steps[seg[0]])
+                    for j, before, after, state in self._update_many(
+                            series, xs, partial(_step_at, steps, seg)):
+                        i = seg[j]
+                        fired.append((_pos(*shape.key(i)), state, before, after,
+                                      partial(_made, _bulk_line(chunk, shape.record(i)),
+                                              shape.record(i))))
+                    last_step = next((st for i in reversed(seg)
+                                      if (st := steps[i]) is not None), None)
+                    if last_step is not None:
+                        self._steps[skey] = last_step
+                touched.append((_pos(*shape.key(idx[-1])), skey))
+                continue
+            for shape, idx in blocks:
+                for i in idx:
+                    rec = shape.record(i)
+                    loss = rec[R_LOSS]
+                    assert loss is not None
+                    items.append((_pos(rec[R_START], rec[R_PART]), skey, loss, rec[R_STEP],
+                                  partial(_made, _bulk_line(chunk, rec), rec)))
+            for pos, rec, line, part in recs:
+                loss = rec[R_LOSS]
+                assert loss is not None
+                items.append((pos, skey, loss, rec[R_STEP],
+                              partial(_made, _part_line(info, line, part), rec)))
+        items.sort(key=itemgetter(0))
+        for pos, skey, loss, step, made in items:
+            series = self._series_of(skey, step)
+            got = self._update(series, loss, step)
+            if got is not None:
+                fired.append((pos, _Fired.of(series), got[0], got[1], made))
+        if items:
+            for pos, skey, *_rest in items:  # last use per series, as line by line
+                touched.append((pos, skey))
+        for _at, skey in sorted(touched):
+            if skey in self._series:
+                self._series.move_to_end(skey)
+        out: list[Detection] = []
+        replay_below = chunk.replay_below - chunk.base
+        for pos, state, before, after, made in sorted(fired, key=itemgetter(0)):
+            if (pos >> _PART_BITS) < replay_below:
+                continue
+            log_line, progress = made()
+            out.append(self._diverged(info, log_line, progress, state, before, after))
+        return out
+
+    def _diverged(self, info: StreamInfo, line: LogLine, progress: Progress, series: _Fired,
+                  before: float, after: float) -> Detection:
+        ratio = after / before if before > 0 else math.inf
+        facts: list[tuple[str, str]] = [
+            ("series", progress.kind), ("before_loss", _fmt(before)), ("after_loss", _fmt(after)),
+            ("ratio", f"{ratio:.2f}"), ("sustained_lines", str(series.run_len))]
+        if series.run_step is not None:
+            facts.append(("since_step", str(series.run_step)))
+        if progress.step is not None:
+            facts.append(("step", str(progress.step)))
+        since = f" from step {series.run_step}" if series.run_step is not None else ""
+        return self._detection(
+            info, line, signature="training_loss_diverged",
+            title="Training Loss Doubled And Stayed Up", severity=Severity.WARNING,
+            remediation=_DIVERGED_REMEDIATION, facts=facts,
+            about=(f"loss {_fmt(before)} -> {_fmt(after)} ({ratio:.1f}x){since}, for "
+                   f"{series.run_len} progress lines"))
+
+    def snapshot(self) -> object:
+        return {"version": 1, "offsets": self._offsets_state(),
+                "series": {k: s.to_json() for k, s in self._series.items()},
+                "steps": dict(self._steps)}
+
+    def restore(self, state: object) -> None:
+        if not isinstance(state, dict) or state.get("version") != 1:
+            return
+        self._restore_offsets(state)
+        self._series.clear()
+        for key, raw in dict(state.get("series", {})).items():
+            self._series[str(key)] = _StepSeries(
+                str(raw["metric"]), deque((float(v) for v in raw["baseline"]),
+                                          maxlen=self.window),
+                seen=int(raw["seen"]), run=[float(v) for v in raw["run"]],
+                run_step=raw.get("run_step"), regressed=bool(raw["regressed"]),
+                hot_since_alert=int(raw["hot_since_alert"]), cool=int(raw["cool"]))
+        self._steps = {str(k): int(v) for k, v in dict(state.get("steps", {})).items()}
+
+
+def _loss_of(progress: Progress | None) -> float | None:
+    """The finite training loss a progress record holds (not an evaluation bar, not an
+    overflow line), or None."""
+    if progress is None or progress.eval or progress.overflow or progress.loss is None:
+        return None
+    return progress.loss if math.isfinite(progress.loss) else None
+
+
+def _step_at(steps: list[int | None], idx: list[int], j: int) -> int | None:
+    return steps[idx[j]]
+
+
+def _runs(steps: list[int | None], idx: list[int], last: int | None) -> list[list[int]]:
+    """``idx`` cut where the step goes back (below ``last`` or the step before)."""
+    out: list[list[int]] = []
+    begin = 0
+    for j, i in enumerate(idx):
+        step = steps[i]
+        if step is None:
+            continue
+        if last is not None and step < last and j > begin:
+            out.append(idx[begin:j])
+            begin = j
+        last = step
+    out.append(idx[begin:])
+    return out
+
+
 # -- stalls --------------------------------------------------------------------------------------
 
 _END_INTEREST_RE: re.Pattern[bytes]  # set below from _END_RE
@@ -1527,6 +1790,20 @@ _NONFINITE_REMEDIATION = Remediation(
     ),
     action="fix_job_config",
 )
+_QUIET_ENDS_RUN = 10  # progress records without a halving that end a run of halvings
+_COLLAPSE_REMEDIATION = Remediation(
+    summary="The fp16 dynamic loss scale is halved record after record mid-run: the gradients "
+            "overflow at almost every step, so the optimiser skips them (no training happens) "
+            "and the scale is on its way to its minimum.",
+    steps=(
+        "Roll back to a checkpoint from before the overflows started.",
+        ("Lower the learning rate or add warm-up, clip gradients, or train in bf16 instead of "
+         "fp16 (no loss scaling at all)."),
+        ("Check the batches where it started for bad samples (NaN/Inf inputs, extreme "
+         "values)."),
+    ),
+    action="fix_job_config",
+)
 _SCALE_REMEDIATION = Remediation(
     summary="The fp16 dynamic loss scale fell to its minimum: gradients overflow at every "
             "scale, so the optimiser keeps skipping steps (the run is diverging).",
@@ -1557,8 +1834,11 @@ class _Sums:
         self._loss = [j for j, i in enumerate(idx) if losses[i] is not None]
         self._figure = self._loss if shape.kind != "megatron" else [
             j for j, i in enumerate(idx) if losses[i] is not None or norms[i] is not None]
+        scales = shape.loss_scales
+        self._scaled = [j for j, i in enumerate(idx) if scales[i] is not None] \
+            if shape.scaled else []
 
-    def between(self, lo: int, hi: int) -> tuple[int, bool, tuple[int, float] | None]:
+    def between(self, lo: int, hi: int) -> tuple[int, bool, tuple[int, float] | None, bool]:
         shape, idx = self.shape, self.idx
         if lo < 0 and hi >= 1 << 62:
             a, b = 0, len(idx)
@@ -1568,7 +1848,7 @@ class _Sums:
             a = bisect_right(self._pos, lo)
             b = bisect_left(self._pos, hi)
         if a >= b:
-            return 0, False, None
+            return 0, False, None, False
         k = bisect_left(self._loss, b) - 1
         last: tuple[int, float] | None = None
         if k >= 0 and self._loss[k] >= a:
@@ -1578,7 +1858,8 @@ class _Sums:
             last = (_pos(*shape.key(i)), value)
         f = bisect_left(self._figure, a)
         figures = f < len(self._figure) and self._figure[f] < b
-        return b - a, figures, last
+        g = bisect_left(self._scaled, a)
+        return b - a, figures, last, g < len(self._scaled) and self._scaled[g] < b
 
 
 @dataclass(slots=True)
@@ -1592,6 +1873,23 @@ class _Numbers:
     max_scale: float | None = None
     scale_fired: bool = False
     last_finite_loss: float | None = None
+    # the loss scale halved record after record (an overflow, or a lower scale)
+    good: int = 0  # progress records that were no halving (capped)
+    settled: bool = False  # the scale held or grew once: past the start-up search
+    halvings: int = 0  # halvings in a row
+    halving_from: float | None = None  # the scale before the first of them
+    halving_step: int | None = None  # the step of the first of them
+    collapse_fired: bool = False
+    quiet: int = 0  # records without a halving since the last one
+
+    def held(self) -> None:
+        """The scale held or grew: training is under way, a run of halvings ends."""
+        self.settled = True
+        self.end_run()
+
+    def end_run(self) -> None:
+        self.halvings, self.halving_from, self.halving_step = 0, None, None
+        self.collapse_fired = False
 
 
 class BadNumbersDetector(_Base):
@@ -1607,14 +1905,21 @@ class BadNumbersDetector(_Base):
         consecutive: int = 3,
         min_loss_scale: float = 1.0,
         overflow_grace: int = 2,
+        halvings: int = 5,
+        settled_records: int = 20,
         host: str = "",
         status: str = "stable",
         metrics: SelfMetrics | None = None,
     ) -> None:
+        """``halvings``: halvings of the loss scale in a row that make a collapse, once the
+        run is past its start-up search (``settled_records`` progress records without one,
+        or the scale held or grew once)."""
         super().__init__(clock, reader, host, metrics, status)
         self.consecutive = consecutive
         self.min_loss_scale = min_loss_scale
         self.overflow_grace = overflow_grace
+        self.halvings = halvings
+        self.settled_records = settled_records
         self._series: OrderedDict[str, _Numbers] = OrderedDict()
 
     def on_open(self, stream: StreamContext) -> None:
@@ -1749,22 +2054,25 @@ class BadNumbersDetector(_Base):
         self._add(st, sums, prev, 1 << 62)
         return out
 
-    @staticmethod
-    def _add(st: _Numbers, sums: list[_Sums], lo: int, hi: int) -> None:
+    def _add(self, st: _Numbers, sums: list[_Sums], lo: int, hi: int) -> None:
         """The ordinary prepass records strictly between positions ``lo`` and ``hi``: what
         ``_take`` does for each (count it since the last overflow; a finite loss or grad norm
         ends any run of bad numbers; the loss is the last finite one)."""
         count = 0
         figures = False
+        scaled = False
         loss: tuple[int, float] | None = None
         for s in sums:
-            n, any_figure, last_loss = s.between(lo, hi)
+            n, any_figure, last_loss, any_scale = s.between(lo, hi)
             count += n
             figures = figures or any_figure
+            scaled = scaled or any_scale
             if last_loss is not None and (loss is None or last_loss[0] > loss[0]):
                 loss = last_loss
         if not count:
             return
+        # no halving among them (those are events); one that shows the scale held
+        self._steady(st, count, held=scaled)
         st.since_overflow += count
         if figures:
             st.bad, st.which, st.first_bad_step, st.fired = 0, set(), None, False
@@ -1797,6 +2105,9 @@ class BadNumbersDetector(_Base):
         line only when there is a detection."""
         out: list[Detection] = []
         overflow = bool(rec[R_FLAGS] & (F_OVERFLOW | F_SKIPPED))
+        collapse = self._collapse(info, st, rec, overflow, replaying, make_line)
+        if collapse is not None:
+            out.append(collapse)
         st.since_overflow = 0 if overflow else st.since_overflow + 1
         scale = rec[R_LOSS_SCALE]
         if scale is not None and math.isfinite(scale):
@@ -1850,13 +2161,72 @@ class BadNumbersDetector(_Base):
                     about=f"{what} NaN/Inf on {st.bad} progress lines in a row", facts=facts))
         return out
 
+    def _collapse(self, info: StreamInfo, st: _Numbers, rec: ProgressRecord, overflow: bool,
+                  replaying: bool, make_line: Callable[[], LogLine]) -> Detection | None:
+        """The loss scale halved record after record mid-run (before ``_take`` moves the
+        scale): ``training_loss_scale_collapse`` once per run of halvings."""
+        scale, before = rec[R_LOSS_SCALE], st.scale
+        if scale is not None and not math.isfinite(scale):
+            scale = None
+        attempted = rec[R_ATTEMPTED]
+        if attempted is not None and before is not None and attempted > before:
+            st.held()  # the scale grew since it was last seen
+        halved = overflow or (scale is not None and before is not None and scale < before)
+        if not halved:
+            self._steady(st, 1, held=scale is not None and before is not None)
+            return None
+        st.quiet = 0
+        if not (st.settled or st.good >= self.settled_records):
+            st.end_run()  # the start-up search: halving at the first steps is normal
+            return None
+        if st.halvings == 0:
+            st.halving_from = attempted if attempted is not None else before
+            st.halving_step = rec[R_STEP]
+        st.halvings += 1
+        if (st.halvings < self.halvings or st.collapse_fired
+                or not (st.settled or st.good >= self.settled_records)):
+            return None
+        st.collapse_fired = True
+        if replaying:
+            return None
+        now = scale if scale is not None else before
+        facts = [("halvings", str(st.halvings))]
+        if st.halving_from is not None:
+            facts.append(("loss_scale_from", _fmt_scale(st.halving_from)))
+        if now is not None:
+            facts.append(("loss_scale", _fmt_scale(now)))
+        if st.halving_step is not None:
+            facts.append(("since_step", str(st.halving_step)))
+        if rec[R_STEP] is not None:
+            facts.append(("step", str(rec[R_STEP])))
+        fell = (f": {_fmt_scale(st.halving_from)} -> {_fmt_scale(now)}"
+                if st.halving_from is not None and now is not None else "")
+        return self._detection(
+            info, make_line(), signature="training_loss_scale_collapse",
+            title="Loss Scale Halved On Every Step", severity=Severity.WARNING,
+            remediation=_COLLAPSE_REMEDIATION, facts=facts,
+            about=(f"fp16 loss scale halved {st.halvings} times in a row mid-run{fell}: the "
+                   "optimiser skips the steps"))
+
+    def _steady(self, st: _Numbers, count: int, *, held: bool) -> None:
+        """``count`` progress records without a halving; ``held``: one of them shows the
+        scale held. Many in a row end a run of halvings too: not "on every step"."""
+        st.good = min(st.good + count, 1_000_000)
+        st.quiet = min(st.quiet + count, 1_000_000)
+        if held:
+            st.held()
+        elif st.quiet >= _QUIET_ENDS_RUN:
+            st.end_run()
+
     def snapshot(self) -> object:
         return {
             "version": 1,
             "offsets": self._offsets_state(),
             "series": {k: [s.bad, s.first_bad_step, sorted(s.which), s.fired,
                            s.since_overflow, s.scale, s.max_scale, s.scale_fired,
-                           s.last_finite_loss] for k, s in self._series.items()},
+                           s.last_finite_loss, s.good, s.settled, s.halvings, s.halving_from,
+                           s.halving_step, s.collapse_fired, s.quiet]
+                       for k, s in self._series.items()},
         }
 
     def restore(self, state: object) -> None:
@@ -1865,7 +2235,13 @@ class BadNumbersDetector(_Base):
         self._restore_offsets(state)
         self._series.clear()
         for key, raw in dict(state.get("series", {})).items():
-            bad, first, which, fired, since, scale, max_scale, scale_fired, last = raw
-            self._series[str(key)] = _Numbers(int(bad), first, set(which), bool(fired),
-                                              int(since), scale, max_scale, bool(scale_fired),
-                                              last)
+            bad, first, which, fired, since, scale, max_scale, scale_fired, last = raw[:9]
+            st = _Numbers(int(bad), first, set(which), bool(fired), int(since), scale,
+                          max_scale, bool(scale_fired), last)
+            if len(raw) >= 16:  # the collapse state (absent from older checkpoints)
+                good, settled, halvings, since_from, since_step, collapse_fired, quiet = \
+                    raw[9:16]
+                st.good, st.settled, st.halvings = int(good), bool(settled), int(halvings)
+                st.halving_from, st.halving_step = since_from, since_step
+                st.collapse_fired, st.quiet = bool(collapse_fired), int(quiet)
+            self._series[str(key)] = st
