@@ -68,6 +68,17 @@ MUTATIONS = [
              "if need.position is not None and need.lineno is not None "
              "and need.position < committed:",
              "if False:"),
+    Mutation("Alertmanager queue saved only on a clean stop", "sigwatch/sinks/alertmanager.py",
+             "        if self._dirty:\n            self._save()\n"
+             "        for replica in self._replicas:\n"
+             "            if self._due(replica, now):\n"
+             "                self._post(replica, now)\n"
+             "        self._update_gauges()\n"
+             "        if self._dirty:\n            self._save()\n",
+             "        for replica in self._replicas:\n"
+             "            if self._due(replica, now):\n"
+             "                self._post(replica, now)\n"
+             "        self._update_gauges()\n"),
     Mutation("step-time regression flag not restored (a restart pages the slowdown again)",
              "sigwatch/detectors/training.py",
              'raw.get("run_step"), bool(raw["regressed"]),',

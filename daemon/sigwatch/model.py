@@ -7,6 +7,7 @@ json``, the event log and (later) alerts.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -14,13 +15,16 @@ from enum import IntEnum
 from typing import Any
 
 __all__ = [
+    "CUT_FIELDS",
     "Detection",
+    "DetectionCaps",
     "LogLine",
     "Match",
     "Remediation",
     "RootCause",
     "Severity",
     "StreamInfo",
+    "cap_detection",
 ]
 
 
@@ -186,3 +190,105 @@ class Detection:
             "facts": dict(self.facts),
             "owner": self.owner,
         }
+
+
+# -- how much text a detection may carry -----------------------------------------------------
+
+CUT_FIELDS = ("text", "context", "captures", "about")
+"""The ``field`` label of ``sigwatch_detection_bytes_cut_total``."""
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionCaps:
+    """UTF-8 bytes a detection may carry, whatever the log writer wrote.
+
+    A signature quoting 80 lines of context of 64 KiB each held 5 MB per detection: the status
+    page's ring, the sink queues and every API response held that many times over. With these
+    caps a detection is at most about 26 KiB of text; what is cut is marked in place and
+    counted. The event id does not depend on any of it.
+    """
+
+    text: int = 4096  # the triggering line (and a root cause's line)
+    context_line: int = 2048  # each quoted line
+    context: int = 16384  # all quoted lines together (those nearest the trigger are kept)
+    capture: int = 1024  # each captured value
+    about: int = 4096  # what a line-less detection is about, and each fact
+
+
+def _cut(text: str, limit: int) -> tuple[str, int]:
+    """``text`` within ``limit`` UTF-8 bytes (marker included), and the bytes cut."""
+    if len(text) * 4 <= limit:
+        return text, 0  # cheap: even four bytes a character fits
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return text, 0
+    widest = len(f"… [{len(raw)} bytes cut]".encode())  # the marker at its longest
+    keep = max(0, limit - widest)
+    while keep and (raw[keep] & 0xC0) == 0x80:  # not inside a character
+        keep -= 1
+    kept = raw[:keep].decode("utf-8", "surrogatepass")
+    n = len(raw) - keep
+    return f"{kept}… [{n} bytes cut]", n
+
+
+def _cut_context(lines: tuple[str, ...], caps: DetectionCaps) -> tuple[tuple[str, ...], int]:
+    if sum(len(c) for c in lines) * 4 <= caps.context and all(
+            len(c) * 4 <= caps.context_line for c in lines):
+        return lines, 0
+    cut = 0
+    out: list[str] = []
+    room = caps.context
+    dropped = 0
+    for line in reversed(lines):  # the lines nearest the trigger matter most
+        text, n = _cut(line, caps.context_line)
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > room:
+            dropped += 1
+            cut += len(line.encode("utf-8", "surrogatepass"))
+            continue
+        room -= size
+        cut += n
+        out.append(text)
+    if dropped:
+        out.append(f"… [{dropped} earlier lines cut]")
+    return tuple(reversed(out)), cut
+
+
+def cap_detection(d: Detection, caps: DetectionCaps | None = None,
+                  ) -> tuple[Detection, dict[str, int]]:
+    """``d`` within ``caps``, and the bytes cut per field (empty when nothing was)."""
+    c = caps or DetectionCaps()
+    cut: dict[str, int] = {}
+    changes: dict[str, Any] = {}
+    if d.text is not None:
+        text, n = _cut(d.text, c.text)
+        if n:
+            changes["text"], cut["text"] = text, n
+    context, n = _cut_context(d.context, c)
+    if n:
+        changes["context"], cut["context"] = context, n
+    captures = []
+    total = 0
+    for key, value in d.captures:
+        value_cut, n = _cut(value, c.capture)
+        captures.append((key, value_cut))
+        total += n
+    if total:
+        changes["captures"], cut["captures"] = tuple(captures), total
+    total = 0
+    about, n = _cut(d.about, c.about)
+    total += n
+    facts = []
+    for key, value in d.facts:
+        value_cut, n = _cut(value, c.about)
+        facts.append((key, value_cut))
+        total += n
+    if d.root_cause is not None:
+        root_text, n = _cut(d.root_cause.text, c.text)
+        if n:
+            changes["root_cause"] = dataclasses.replace(d.root_cause, text=root_text)
+            cut["text"] = cut.get("text", 0) + n
+    if total:
+        changes["about"], changes["facts"] = about, tuple(facts)
+        cut["about"] = total
+    return (dataclasses.replace(d, **changes) if changes else d), cut

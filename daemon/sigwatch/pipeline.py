@@ -41,7 +41,7 @@ from sigwatch.engine.cache import unigram
 from sigwatch.engine.matcher import DEFAULT_REGEX_TIMEOUT, Matcher
 from sigwatch.framing.lines import Segment
 from sigwatch.framing.normalize import normalize, normalize_line
-from sigwatch.model import Detection, LogLine, Match
+from sigwatch.model import Detection, LogLine, Match, cap_detection
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.kinds import allowed_signatures, content_of
 from sigwatch.sinks.base import Sink
@@ -809,7 +809,7 @@ class Pipeline:
                  detections: Iterable[Detection]) -> list[Detection]:
         out: list[Detection] = []
         for found in detections:
-            d = self.correlator.refine(found)
+            d = self.correlator.refine(self._capped(found))
             if (stream is not None and d.offset is not None and d.offset < stream.replay_below
                     and d.offset not in stream.pending):
                 continue  # delivered before a crash; the replay only rebuilds state
@@ -821,6 +821,15 @@ class Pipeline:
             out.append(d)
         self.delivered += len(out)
         return out
+
+    def _capped(self, detection: Detection) -> Detection:
+        """The detection within ``DetectionCaps`` (memory is not the log writer's to take);
+        the bytes cut are counted."""
+        capped, cut = cap_detection(detection)
+        if cut and self.metrics is not None:
+            for name, count in cut.items():
+                self.metrics.detection_bytes_cut.labels(name).inc(count)
+        return capped
 
     def _sink_failed(self, sink: Sink, exc: BaseException) -> None:
         if self.metrics is not None:

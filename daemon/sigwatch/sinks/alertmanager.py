@@ -41,6 +41,7 @@ import structlog
 from sigwatch.clock import Clock
 from sigwatch.model import Detection, Severity
 from sigwatch.telemetry.metrics import SelfMetrics
+from sigwatch.visible import visible
 
 __all__ = [
     "ALERTNAME",
@@ -251,9 +252,16 @@ class AlertmanagerSink:
         self.tick(self._clock.time())
 
     def tick(self, now: float) -> None:
-        """Resolve quiet incidents, expire old resolutions, (re-)send, retry, persist."""
+        """Resolve quiet incidents, expire old resolutions, persist, (re-)send, retry, persist.
+
+        The queue is saved before the posts: a page raised while Alertmanager is down (or while
+        a post hangs until its timeout) is on disk before anything can go wrong, and survives
+        a SIGKILL or a reboot.
+        """
         self._resolve_quiet(now)
         self._expire(now)
+        if self._dirty:
+            self._save()
         for replica in self._replicas:
             if self._due(replica, now):
                 self._post(replica, now)
@@ -289,7 +297,7 @@ class AlertmanagerSink:
     def _new_alert(self, d: Detection, now: float) -> _Alert:
         r = d.remediation
         steps = "\n".join(f"{i}. {s}" for i, s in enumerate(r.steps, 1))
-        where = d.path if d.line is None else f"{d.path}:{d.line}"
+        where = visible(d.path) if d.line is None else f"{visible(d.path)}:{d.line}"
         if d.rank is not None:
             where += f" (rank {d.rank})"
         link = (f"{self._link_base}/detections/{urllib.parse.quote(d.event_id, safe='')}"
@@ -300,14 +308,15 @@ class AlertmanagerSink:
             "remediation": steps,
             "action": r.action,
             "runbook_url": r.runbook,
-            "line": _clip(d.text if d.text is not None else d.about, _MAX_LINE),
-            "context": _clip("\n".join(d.context), _MAX_CONTEXT),
+            "line": _clip(visible(d.text if d.text is not None else d.about), _MAX_LINE),
+            "context": _clip("\n".join(visible(c) for c in d.context), _MAX_CONTEXT),
             "where": where,
             "event_id": d.event_id,
             "detection_url": link,
         }
         if d.root_cause is not None:
-            annotations["root_cause"] = f"{d.root_cause.signature}: {d.root_cause.title}"
+            annotations["root_cause"] = (f"{d.root_cause.signature}: "
+                                         f"{visible(d.root_cause.title)}")
         labels = {"alertname": ALERTNAME, "signature": d.signature,
                   "severity": d.severity.label, "owner": d.owner, "node": self.node,
                   "source": d.source}
@@ -357,13 +366,36 @@ class AlertmanagerSink:
             return True
         return replica.last_ok is None or now - replica.last_ok >= self._resend
 
+    def _body(self, now: float) -> bytes:
+        """The alert set as JSON; an alert that cannot be encoded is dropped (and counted),
+        never allowed to block the ones behind it."""
+        parts: list[bytes] = []
+        for alert in list(self._alerts.values()):
+            try:
+                parts.append(json.dumps(alert.payload(now, 4 * self._resend),
+                                        ensure_ascii=False).encode("utf-8"))
+            except (ValueError, TypeError) as exc:
+                self._drop(alert, "unencodable", str(exc))
+        return b"[" + b",".join(parts) + b"]"
+
+    def _drop(self, alert: _Alert, reason: str, detail: str) -> None:
+        del self._alerts[alert.key]
+        self._version += 1
+        self._dirty = True
+        if self._m is not None:
+            self._m.alerts_dropped.labels(reason).inc()
+        log.error("alert_dropped", reason=reason, signature=alert.key[0], source=alert.key[2],
+                  detail=detail[:200])
+
     def _post(self, replica: _Replica, now: float) -> None:
+        body = self._body(now)
         version = self._version
-        body = json.dumps([a.payload(now, 4 * self._resend) for a in self._alerts.values()],
-                          ensure_ascii=False).encode("utf-8")
         if self._m is not None:
             self._m.alert_posts.inc()
         result = self._transport(replica.url, body, self._timeout)
+        if not result.ok and result.reason == "rejected" and len(self._alerts) > 1:
+            result = self._isolate_rejected(replica, now)
+            version = self._version
         if not result.ok:
             replica.failures += 1
             delay = min(self._backoff_max,
@@ -395,6 +427,28 @@ class AlertmanagerSink:
             if alert.resolved_at is not None and not alert.resolve_delivered:
                 alert.resolve_delivered = True
                 self._dirty = True
+
+    def _isolate_rejected(self, replica: _Replica, now: float) -> PostResult:
+        """Alertmanager refused the whole batch (4xx): post each alert alone, drop those it
+        refuses alone (counted), so one poison alert never blocks the queue behind it."""
+        result = PostResult(True)
+        for alert in list(self._alerts.values()):
+            try:
+                one = json.dumps([alert.payload(now, 4 * self._resend)],
+                                 ensure_ascii=False).encode("utf-8")
+            except (ValueError, TypeError) as exc:
+                self._drop(alert, "unencodable", str(exc))
+                continue
+            if self._m is not None:
+                self._m.alert_posts.inc()
+            single = self._transport(replica.url, one, self._timeout)
+            if single.ok:
+                continue
+            if single.reason == "rejected":
+                self._drop(alert, "rejected", single.detail)
+                continue
+            return single  # the replica went away meanwhile: retry the whole set later
+        return result
 
     def _update_gauges(self) -> None:
         if self._m is None:
@@ -432,13 +486,20 @@ class AlertmanagerSink:
                 "alerts": [a.to_json() for a in self._alerts.values()]}
         tmp = path.with_name(path.name + ".tmp")
         try:
+            # ASCII JSON: any text (a surrogate from a file name included) round-trips.
+            raw = json.dumps(data, ensure_ascii=True).encode("ascii")
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, ensure_ascii=False)
+            with open(tmp, "wb") as fh:
+                fh.write(raw)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
-        except OSError as exc:
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)  # the rename itself survives a reboot
+            finally:
+                os.close(dir_fd)
+        except (OSError, ValueError) as exc:
             self._dirty = True  # try again on the next tick
             log.error("alert_state_not_saved", path=str(path), error=str(exc))
             with contextlib.suppress(OSError):

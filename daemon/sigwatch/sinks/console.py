@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from sigwatch.model import Detection, Severity
+from sigwatch.visible import visible
 
 __all__ = ["ConsoleSink", "Style", "format_detection", "format_report", "use_colour"]
 
@@ -54,7 +55,9 @@ class Style:
 
 
 def shorten(text: str, limit: int = MAX_LINE_CHARS) -> str:
-    """``text`` cut to ``limit`` characters with the cut marked (the JSON keeps it whole)."""
+    """``text`` cut to ``limit`` characters with the cut marked (the JSON keeps it whole);
+    controls and bidirectional overrides shown as escapes, never sent to the terminal."""
+    text = visible(text)
     if len(text) <= limit:
         return text
     return f"{text[:limit - 1]}… [{len(text) - limit + 1} more characters in the JSON]"
@@ -62,9 +65,9 @@ def shorten(text: str, limit: int = MAX_LINE_CHARS) -> str:
 
 def _where(d: Detection) -> str:
     if not d.has_line:
-        return d.path or d.source
-    rank = f", rank {d.rank}" if d.rank is not None else ""
-    return f"{d.path}:{d.line}{rank}"
+        return visible(d.path or d.source)
+    rank = f", rank {visible(d.rank)}" if d.rank is not None else ""
+    return f"{visible(d.path)}:{d.line}{rank}"
 
 
 def format_detection(d: Detection, *, style: Style | None = None,
@@ -79,16 +82,16 @@ def format_detection(d: Detection, *, style: Style | None = None,
             out.append(f"{pad}{s.dim('  ' + shorten(line, 160))}")
         out.append(f"{pad}> {shorten(d.text)}")
     else:
-        out.append(f"{pad}{d.about}")
+        out.append(f"{pad}{visible(d.about)}")
     for key, value in d.facts:
-        out.append(f"{pad}  {key}: {value}")
+        out.append(f"{pad}  {visible(key)}: {visible(value)}")
     if d.root_cause is not None:
         out.append(f"{pad}fallout of {d.root_cause.signature}: "
                    f"{shorten(d.root_cause.text, 120)}")
     elif d.remediation.summary:
-        out.append(f"{pad}{s.bold('fix:')} {d.remediation.summary}")
+        out.append(f"{pad}{s.bold('fix:')} {visible(d.remediation.summary)}")
         for number, step in enumerate(d.remediation.steps, 1):
-            out.append(f"{pad}  {number}. {step}")
+            out.append(f"{pad}  {number}. {visible(step)}")
         if d.remediation.runbook:
             out.append(f"{pad}runbook: {d.remediation.runbook}")
     for f in fallout:

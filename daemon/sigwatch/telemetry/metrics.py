@@ -11,6 +11,8 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 
+from sigwatch.model import CUT_FIELDS
+
 __all__ = ["DATA_LOSS_REASONS", "EVENTLOG_REOPEN_REASONS", "FILE_ERROR_REASONS",
            "FILE_REFUSAL_REASONS", "SelfMetrics"]
 
@@ -132,6 +134,14 @@ class SelfMetrics:
         # HTTP listener (sigwatch.web): connections that ended badly, by a closed set of reasons
         # (busy = over the worker pool and queue, answered 503; timeout = a slow client cut off;
         # tls_error = failed handshake or clear text on the TLS port; disconnect = client left).
+        # Memory is not the log writer's to take: text beyond DetectionCaps, per field.
+        self.detection_bytes_cut = Counter(
+            "sigwatch_detection_bytes_cut",
+            "UTF-8 bytes of text, context, captures or about cut from detections to stay "
+            "within the per-detection caps (the cut is marked in the detection).",
+            ["field"], registry=r)
+        for cut_field in CUT_FIELDS:
+            self.detection_bytes_cut.labels(cut_field)
         self.http_connections_dropped = Counter(
             "sigwatch_http_connections_dropped",
             "HTTP connections that ended without a normal response, by reason.",
@@ -171,7 +181,9 @@ class SelfMetrics:
             ["severity"], registry=r)
         self.alerts_dropped = Counter(
             "sigwatch_alerts_dropped",
-            "Alerts given up before they were resolved (queue_full: over the bounded queue).",
+            "Alerts given up before they were resolved (queue_full: over the bounded queue; "
+            "unencodable or rejected: an alert that could not be sent, dropped so that it "
+            "does not block the others).",
             ["reason"], registry=r)
         self.alert_posts = Counter(
             "sigwatch_alertmanager_posts",
@@ -194,7 +206,8 @@ class SelfMetrics:
         for sev in ("info", "warning", "error", "critical"):
             self.alerts_raised.labels(sev)
             self.alerts_delivered.labels(sev)
-        self.alerts_dropped.labels("queue_full")
+        for reason in ("queue_full", "unencodable", "rejected"):
+            self.alerts_dropped.labels(reason)
         for reason in ("connect", "timeout", "rejected", "server_error"):
             self.alert_post_failures.labels(reason)
         # Sources beyond files and watching that scales (issue 11). Directories watched with

@@ -5,7 +5,8 @@
 - ``severity``: ``info``, ``warning``, ``error`` or ``critical``; repeat it or separate with
   commas for several;
 - ``signature``: a signature id; ``source``: a configured source name;
-- ``limit``: 1 to 500 (default 50);
+- ``limit``: 1 to 500 (default 50); a page also ends before ``MAX_RESPONSE_BYTES`` (1 MiB),
+  with ``next_cursor`` leading on;
 - ``cursor``: the ``next_cursor`` of the previous page (opaque; stable while new detections
   arrive, unlike an offset).
 
@@ -16,6 +17,7 @@ parameter: ``{"error": {"status": 400, "parameter": "limit", "message": "..."}}`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,6 +30,7 @@ from sigwatch.web.store import DetectionStore, StoredDetection
 __all__ = [
     "DEFAULT_LIMIT",
     "MAX_LIMIT",
+    "MAX_RESPONSE_BYTES",
     "DetectionQuery",
     "mount",
     "parse_detection_query",
@@ -35,6 +38,9 @@ __all__ = [
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
+MAX_RESPONSE_BYTES = 1 << 20
+"""A page of detections stops before this many bytes (then ``next_cursor`` leads on): with
+``DetectionCaps`` a detection is at most about 26 KiB, and no response holds the ring whole."""
 _MAX_TEXT = 200
 _ID_CHARS = frozenset("0123456789abcdef")
 
@@ -112,7 +118,9 @@ def _int_param(seen: dict[str, str], key: str, default: int | None, low: int, hi
     text = seen.get(key, "").strip()
     if not text:
         return default
-    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+    # Digits are counted before int(): Python refuses more than 4,300 of them (ValueError).
+    if (not (text.isascii() and text.isdigit()) or len(text) > len(str(high))
+            or not low <= int(text) <= high):
         what = "a page size" if key == "limit" else "a next_cursor from a previous page"
         msg = f"{key} must be {what}: an integer from {low} to {high}, not {text[:40]!r}"
         raise BadRequestError(msg, key)
@@ -146,11 +154,22 @@ class _Api:
         q = parse_detection_query(request.query)
         page = self.store.query(severities=q.severities, signature=q.signature,
                                 source=q.source, before=q.cursor, limit=q.limit)
+        items: list[dict[str, Any]] = []
+        size = 0
+        next_cursor = page.next_cursor
+        for n, stored in enumerate(page.items):
+            doc = stored.detection.to_json()
+            size += len(json.dumps(doc, ensure_ascii=False))
+            if items and size > MAX_RESPONSE_BYTES:
+                # The page ends here; the cursor leads to the rest (nothing is lost).
+                next_cursor = page.items[n - 1].seq
+                break
+            items.append(doc)
         return json_response(200, {
-            "detections": [s.detection.to_json() for s in page.items],
+            "detections": items,
             "total": page.total,
             "limit": q.limit,
-            "next_cursor": None if page.next_cursor is None else str(page.next_cursor),
+            "next_cursor": None if next_cursor is None else str(next_cursor),
         })
 
     def detection(self, request: Request) -> Response:

@@ -24,7 +24,7 @@ from prometheus_client.exposition import choose_encoder
 from sigwatch.clock import Clock, SystemClock
 from sigwatch.web import api, pages
 from sigwatch.web import faults as faults_web
-from sigwatch.web.auth import BasicAuth
+from sigwatch.web.auth import AuthResult, BasicAuth
 from sigwatch.web.render import SECURITY_HEADERS, error_page
 from sigwatch.web.request import (
     BadRequestError,
@@ -34,6 +34,7 @@ from sigwatch.web.request import (
     parse_query,
     text_response,
 )
+from sigwatch.web.server import RequestHead
 from sigwatch.web.status import Liveness, StatusProvider
 from sigwatch.web.store import DetectionStore
 
@@ -126,6 +127,36 @@ class WebApp:
         """Answer ``template`` (``{name}`` matches one path segment) with ``handler``."""
         self._routes.append(Route(template, _compile(template), frozenset(methods), handler))
 
+    # -- before a worker ------------------------------------------------------------------------
+
+    def triage(self, head: RequestHead) -> bytes | None:
+        """The whole HTTP answer to a request that needs no worker, else None (called by the
+        server's I/O loop: cheap). With basic auth, requests without credentials, with a pair
+        that failed recently, or past the failed-authentication budget are refused here, so
+        guesses never occupy the workers that scrapes need."""
+        if self.auth is None:
+            return None
+        result = self.auth.precheck(head.authorization, head.client)
+        if result is None:
+            return None
+        response = self._refusal(result, api=head.path.startswith("/api/"))
+        headers = [("Content-Type", response.content_type),
+                   ("Content-Length", str(len(response.body))),
+                   *SECURITY_HEADERS, *response.headers, ("Connection", "close")]
+        lines = [f"HTTP/1.0 {response.status} {HTTPStatus(response.status).phrase}"]
+        lines += [f"{name}: {value}" for name, value in headers]
+        out = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return out if head.method == "HEAD" else out + response.body
+
+    def _refusal(self, result: AuthResult, *, api: bool) -> Response:
+        assert self.auth is not None
+        if result.throttled:
+            return _error(429, "too many failed authentications from this address; "
+                          "retry later", api=api,
+                          headers=[("Retry-After", str(result.retry_after))])
+        return _error(401, "authentication required", api=api,
+                      headers=[("WWW-Authenticate", self.auth.challenge)])
+
     # -- WSGI ----------------------------------------------------------------------------------
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse,
@@ -148,11 +179,11 @@ class WebApp:
             path = raw_path
         api = path.startswith("/api/")
         if self.auth is not None:
-            user = self.auth.check(environ.get("HTTP_AUTHORIZATION"))
-            if user is None:
-                return _error(401, "authentication required", api=api,
-                              headers=[("WWW-Authenticate", self.auth.challenge)])
-            environ["sigwatch.user"] = user
+            result = self.auth.authenticate(environ.get("HTTP_AUTHORIZATION"),
+                                            str(environ.get("REMOTE_ADDR", "")))
+            if result.user is None:
+                return self._refusal(result, api=api)
+            environ["sigwatch.user"] = result.user
         route, params, allowed = self._match(path, method)
         if route is None:
             if allowed:

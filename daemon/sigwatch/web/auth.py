@@ -12,10 +12,24 @@ accepts hashes it can verify with ``hashlib`` alone, in the formats passlib writ
   the optional ``bcrypt`` package is installed (``pip install 'sigwatch[bcrypt]'``); without it
   such a hash is a configuration error that says so.
 
-A verified (user, password) pair is cached (by a SHA-256 of user, password and hash), as
-exporter-toolkit does, so a scrape every 15 s does not cost a key derivation each time. An
-unknown user costs the same derivation as a known one, and the final comparison of derived keys
-uses ``hmac.compare_digest``.
+A verified (user, password) pair is cached, as exporter-toolkit does, so a scrape every 15 s
+does not cost a key derivation each time. An unknown user costs the same derivation as a known
+one, and the final comparison of derived keys uses ``hmac.compare_digest``.
+
+Failed authentication work is bounded, so clients guessing passwords cannot starve the scrapes
+(a derivation is about 0.2 s of CPU at the default rounds):
+
+- a pair that failed recently fails again without a derivation (a cache of failures);
+- each client address may cause ``per_client_burst`` derivations, earning one more every
+  ``1 / per_client_rate`` seconds, and all clients together ``global_burst`` and
+  ``global_rate``; past that a request is refused at once (429, ``Retry-After``);
+- at most ``concurrent`` derivations run at once (one by default: the other workers stay
+  free, and a burst of guesses never holds them all);
+- a pair accepted recently is answered from the cache, spends no budget and is never
+  throttled, so Prometheus keeps scraping while others guess from the same address.
+
+Both caches are keyed by an HMAC of user, password and stored hash under a secret drawn at
+start-up: what they hold does not let anyone test passwords faster than the stored hash does.
 """
 
 from __future__ import annotations
@@ -34,11 +48,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sigwatch.clock import Clock, SystemClock
 from sigwatch.errors import SigwatchError
 
 __all__ = [
     "DEFAULT_ROUNDS",
     "HASH_ONE_LINER",
+    "AuthBudget",
+    "AuthResult",
     "BasicAuth",
     "PasswordHash",
     "PasswordHashError",
@@ -61,7 +78,6 @@ _MAX_ROUNDS = 10_000_000
 _MAX_SCRYPT_LN = 20
 _MAX_SCRYPT_R = 32
 _MAX_SCRYPT_P = 16
-_CACHE_SIZE = 256
 
 
 class PasswordHashError(SigwatchError, ValueError):
@@ -166,10 +182,56 @@ def hash_password(password: str, *, rounds: int = DEFAULT_ROUNDS, salt: bytes | 
     return f"$pbkdf2-sha256${rounds}${_b64encode(salt)}${_b64encode(digest)}"
 
 
+@dataclass(frozen=True, slots=True)
+class AuthBudget:
+    """How much key-derivation work failed or unknown credentials may cause."""
+
+    per_client_burst: int = 5
+    per_client_rate: float = 1 / 6  # derivations per second earned back (10 a minute)
+    global_burst: int = 4
+    global_rate: float = 2.0  # at most about 0.4 of a core at the default rounds
+    concurrent: int = 1  # derivations at once: the other workers stay free for requests
+    failure_ttl: float = 600.0  # seconds a failed pair fails again for free
+    cache_size: int = 1024  # accepted and failed pairs remembered (each)
+    clients: int = 4096  # client addresses whose budget is remembered
+
+
+@dataclass(frozen=True, slots=True)
+class AuthResult:
+    """The user name when accepted; ``throttled`` when refused without checking (429)."""
+
+    user: str | None
+    throttled: bool = False
+    retry_after: int = 0
+
+
+class _Bucket:
+    """A token bucket: ``burst`` tokens, one earned back every ``1 / rate`` seconds."""
+
+    __slots__ = ("at", "tokens")
+
+    def __init__(self, burst: float, now: float) -> None:
+        self.tokens = burst
+        self.at = now
+
+    def peek(self, now: float, burst: float, rate: float) -> bool:
+        """Whether ``take`` would succeed now (nothing is spent)."""
+        return min(burst, self.tokens + (now - self.at) * rate) >= 1
+
+    def take(self, now: float, burst: float, rate: float) -> bool:
+        self.tokens = min(burst, self.tokens + (now - self.at) * rate)
+        self.at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+
 class BasicAuth:
     """Checks ``Authorization: Basic`` headers against ``basic_auth_users``."""
 
-    def __init__(self, users: Mapping[str, str], realm: str = "sigwatch") -> None:
+    def __init__(self, users: Mapping[str, str], realm: str = "sigwatch", *,
+                 budget: AuthBudget | None = None, clock: Clock | None = None) -> None:
         """Raises ``PasswordHashError`` naming every user whose hash cannot be used."""
         if not users:
             msg = "basic_auth_users is empty"
@@ -189,7 +251,14 @@ class BasicAuth:
         self._users = parsed
         self._decoy = next(iter(parsed.values()))
         self.realm = realm
-        self._cache: OrderedDict[bytes, None] = OrderedDict()
+        self.budget = budget or AuthBudget()
+        self._clock = clock or SystemClock()
+        self._secret = os.urandom(32)
+        self._accepted: OrderedDict[bytes, None] = OrderedDict()
+        self._failed: OrderedDict[bytes, float] = OrderedDict()  # key -> when it failed
+        self._clients: OrderedDict[str, _Bucket] = OrderedDict()
+        self._global = _Bucket(self.budget.global_burst, self._clock.monotonic())
+        self._deriving = 0  # derivations running now (under the lock)
         self._lock = threading.Lock()
 
     @property
@@ -199,27 +268,98 @@ class BasicAuth:
 
     def check(self, header: str | None) -> str | None:
         """The user name when ``header`` carries valid credentials, else None."""
+        return self.authenticate(header, "").user
+
+    def _key(self, user: str, password: str, stored: PasswordHash | None) -> bytes:
+        return hmac.new(self._secret, b"\0".join(
+            (user.encode(), password.encode(), (stored or self._decoy).text.encode(),
+             b"known" if stored is not None else b"unknown")), hashlib.sha256).digest()
+
+    def precheck(self, header: str | None, client: str) -> AuthResult | None:
+        """The answer when it needs no key derivation (no credentials, a pair that failed
+        recently, a client or the server over its budget), else None; spends nothing.
+
+        The HTTP server's I/O loop calls it before handing the request to a worker, so guesses
+        past the budget never occupy one. A pair accepted recently is None too: the worker
+        answers it from the cache, as every request that is let through is authenticated.
+        """
         creds = _parse_basic(header)
         if creds is None:
-            return None
+            return AuthResult(None)
+        user, password = creds
+        key = self._key(user, password, self._users.get(user))
+        now = self._clock.monotonic()
+        b = self.budget
+        with self._lock:
+            if key in self._accepted:
+                return None
+            failed_at = self._failed.get(key)
+            if failed_at is not None and now - failed_at < b.failure_ttl:
+                return AuthResult(None)
+            bucket = self._clients.get(client)
+            if bucket is not None and not bucket.peek(now, b.per_client_burst,
+                                                      b.per_client_rate):
+                return AuthResult(None, throttled=True,
+                                  retry_after=max(1, round(1 / b.per_client_rate)))
+            if (not self._global.peek(now, b.global_burst, b.global_rate)
+                    or self._deriving >= b.concurrent):
+                return AuthResult(None, throttled=True,
+                                  retry_after=max(1, round(1 / b.global_rate)))
+        return None
+
+    def authenticate(self, header: str | None, client: str) -> AuthResult:
+        """Check ``header`` for the client at address ``client`` within the budget."""
+        creds = _parse_basic(header)
+        if creds is None:
+            return AuthResult(None)
         user, password = creds
         stored = self._users.get(user)
-        if stored is None:
-            self._decoy.verify(password)  # same cost as a known user: no user enumeration
-            return None
-        key = hashlib.sha256(b"\0".join(
-            (user.encode(), password.encode(), stored.text.encode()))).digest()
+        key = self._key(user, password, stored)
+        now = self._clock.monotonic()
+        b = self.budget
         with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return user
-        if not stored.verify(password):
-            return None
+            if key in self._accepted:
+                self._accepted.move_to_end(key)
+                return AuthResult(user)
+            failed_at = self._failed.get(key)
+            if failed_at is not None and now - failed_at < b.failure_ttl:
+                return AuthResult(None)
+            bucket = self._clients.get(client)
+            if bucket is None:
+                bucket = self._clients[client] = _Bucket(b.per_client_burst, now)
+                if len(self._clients) > b.clients:
+                    self._clients.popitem(last=False)
+            else:
+                self._clients.move_to_end(client)
+            if not bucket.take(now, b.per_client_burst, b.per_client_rate):
+                return AuthResult(None, throttled=True,
+                                  retry_after=max(1, round(1 / b.per_client_rate)))
+            if not self._global.take(now, b.global_burst, b.global_rate):
+                bucket.tokens += 1  # not this client's fault
+                return AuthResult(None, throttled=True,
+                                  retry_after=max(1, round(1 / b.global_rate)))
+            if self._deriving >= b.concurrent:
+                bucket.tokens += 1
+                self._global.tokens += 1
+                return AuthResult(None, throttled=True, retry_after=1)
+            self._deriving += 1
+        # The derivation, outside the lock; an unknown user costs the same as a known one.
+        try:
+            ok = (stored or self._decoy).verify(password) and stored is not None
+        finally:
+            with self._lock:
+                self._deriving -= 1
         with self._lock:
-            self._cache[key] = None
-            if len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
-        return user
+            if ok:
+                self._accepted[key] = None
+                if len(self._accepted) > b.cache_size:
+                    self._accepted.popitem(last=False)
+                return AuthResult(user)
+            self._failed[key] = now
+            self._failed.move_to_end(key)
+            if len(self._failed) > b.cache_size:
+                self._failed.popitem(last=False)
+        return AuthResult(None)
 
 
 def _parse_basic(header: str | None) -> tuple[str, str] | None:

@@ -15,6 +15,7 @@ import urllib.parse
 from datetime import UTC, datetime
 
 from sigwatch.model import Severity
+from sigwatch.visible import visible
 from sigwatch.web.request import Response
 
 __all__ = [
@@ -129,8 +130,9 @@ SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
 
 
 def e(value: object) -> str:
-    """Escape for HTML text and attribute values (quotes included)."""
-    return html.escape(str(value), quote=True)
+    """Escape for HTML text and attribute values (quotes included); controls, bidirectional
+    overrides and a file name's undecodable bytes are shown as escapes (``sigwatch.visible``)."""
+    return html.escape(visible(str(value)), quote=True)
 
 
 def safe_href(url: str) -> str | None:
@@ -180,7 +182,7 @@ def layout(title: str, body: str, *, node: str = "") -> bytes:
         '<a href="/metrics">Metrics</a></nav></header>'
         f"<main>{body}</main></body></html>\n"
     )
-    return page.encode("utf-8")
+    return page.encode("utf-8", "backslashreplace")  # a surrogate never makes a 500
 
 
 def error_page(status: int, message: str, headers: list[tuple[str, str]] | None = None,

@@ -67,7 +67,10 @@ def text_response(status: int, text: str, headers: list[tuple[str, str]] | None 
 
 def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None = None,
                   ) -> Response:
-    body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    # A file name that is not UTF-8 holds surrogates: written as JSON escapes, exactly as the
+    # event log writes them (json.loads gives the name back; os.fsencode its bytes).
+    body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8", "backslashreplace")
     return Response(status, body, "application/json; charset=utf-8", headers or [])
 
 

@@ -1,26 +1,33 @@
-"""The daemon's HTTP listener: one WSGI application behind a bounded pool of worker threads.
+"""The daemon's HTTP listener: one WSGI application, an I/O loop and a bounded pool of workers.
 
-``prometheus_client.start_http_server`` starts one thread per connection with no limit and lets a
-client that sends half a request hold its thread forever. This server instead:
+A connection gets a worker only once a whole request has arrived. One asyncio loop thread owns
+every socket: it accepts, does the TLS handshake (over memory buffers, never blocking), gathers
+the request head and body, and writes the answer; the ``workers`` threads only run the
+application on requests already in memory. So:
 
-- runs ``workers`` threads and admits at most ``workers + queue`` connections at a time; one more
-  gets a quick ``503`` (with ``Retry-After``) from a single rejecting thread, so a flood of idle
-  connections never creates threads;
-- gives every connection a deadline for the whole exchange (TLS handshake, request, response)
-  and a shorter idle timeout for each read or write, so a slow client (slowloris) is cut off
-  with a ``408`` and its worker is free again;
-- does TLS on the worker, not on the accepting thread, with the certificate and key re-read when
-  their files change (a rotated certificate needs no restart);
-- serves one request per connection (HTTP/1.0 semantics), which is all a scraper and a person
-  with a browser need, and keeps the accounting simple;
-- reports the bound port (port 0 picks a free one, for tests) and starts and stops from any
-  thread.
+- idle connections (a port scanner, a broken proxy) and slow clients (slowloris) cost a small
+  buffer each and no thread; at most ``max_connections`` are open, and one more pushes out
+  the one that has waited longest without a whole request, so a scraper always gets in;
+- a request has a deadline from accept (TLS handshake included) and an idle timeout between
+  bytes: a client too slow gets ``408`` and is closed;
+- at most ``workers + queue`` whole requests are in hand; one more gets a quick ``503`` with
+  ``Retry-After`` from the loop;
+- the certificate and key are re-read when their files change (a rotated certificate needs no
+  restart); client certificates are verified as configured; clear-text HTTP on the TLS port is
+  told to use https;
+- one request per connection (HTTP/1.0 semantics), which is all a scraper and a person with a
+  browser need;
+- every connection that ends badly is reported through ``on_event`` by a closed set of reasons.
 
-Only the standard library: ``socketserver`` and ``wsgiref`` do the parsing and the WSGI calls.
+Only the standard library: ``asyncio`` for the loop, ``ssl`` memory BIOs for TLS,
+``wsgiref``/``http.server`` to parse the request and call the application. cheroot was
+considered and is not used: it hands a new connection to a worker thread before the request
+has arrived, and does the TLS handshake on its accepting thread (docs/architecture.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import io
@@ -28,7 +35,6 @@ import ipaddress
 import os
 import queue
 import socket
-import socketserver
 import ssl
 import threading
 import time
@@ -36,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, cast
-from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler
 from wsgiref.types import WSGIApplication
 
 import structlog
@@ -47,10 +53,12 @@ __all__ = [
     "BindError",
     "ListenAddress",
     "ListenAddressError",
+    "RequestHead",
     "ServerEvent",
     "ServerLimits",
     "TLSConfig",
     "TLSError",
+    "Triage",
     "WebServer",
     "build_ssl_context",
     "check_bind",
@@ -295,11 +303,49 @@ class _ContextCache:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerLimits:
-    """Bounds on threads, queued connections and time.
+class RequestHead:
+    """What the I/O loop knows of a whole request before any worker sees it."""
 
-    ``request_timeout`` bounds one connection from accept to the last byte of the response;
-    ``idle_timeout`` bounds each single read or write within it.
+    method: str
+    path: str
+    authorization: str | None
+    client: str
+
+
+Triage = Callable[[RequestHead], bytes | None]
+"""Answers a request on the I/O loop when that needs no worker (a whole HTTP response), or
+None to hand it to one. It must be cheap: the loop waits for it. The application offers it as
+``app.triage`` (basic auth refusing guesses past their budget without a worker)."""
+
+
+def _head_of(request: bytes, client: tuple[Any, ...]) -> RequestHead | None:
+    lines = request.split(b"\n", 64)
+    parts = lines[0].split()
+    if len(parts) < 2:
+        return None
+    authorization = None
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not line.strip():
+            break
+        if sep and name.strip().lower() == b"authorization":
+            authorization = value.strip().decode("latin-1")
+            break
+    return RequestHead(parts[0].decode("latin-1").upper(),
+                       parts[1].decode("latin-1").split("?", 1)[0], authorization,
+                       str(client[0]) if client else "")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """Bounds on threads, queued requests, open connections, sizes and time.
+
+    ``workers`` threads run the application; at most ``queue`` more whole requests wait for
+    one (a further request gets a quick ``503``). Connections still sending their request cost
+    no thread: at most ``max_connections`` are open, and one more pushes out the one that has
+    waited longest without a whole request. ``request_timeout`` bounds the time from accept
+    to a whole request (TLS handshake included), and then the writing of the response;
+    ``idle_timeout`` bounds each silence within a request.
     """
 
     workers: int = 8
@@ -307,68 +353,43 @@ class ServerLimits:
     request_timeout: float = 30.0
     idle_timeout: float = 10.0
     backlog: int = 64
+    max_connections: int = 256
+    max_body: int = 1 << 16
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.queue < 0 or self.backlog < 1:
             msg = "workers and backlog must be at least 1, queue at least 0"
+            raise ValueError(msg)
+        if self.max_connections < 1 or self.max_body < 0:
+            msg = "max_connections must be at least 1, max_body at least 0"
             raise ValueError(msg)
         if not 0 < self.idle_timeout <= self.request_timeout:
             msg = "need 0 < idle_timeout <= request_timeout"
             raise ValueError(msg)
 
 
-_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-         b"Retry-After: 1\r\nConnection: close\r\nContent-Length: 26\r\n\r\n"
-         b"server busy, retry later.\n")
-_TIMEOUT = (b"HTTP/1.0 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            b"Connection: close\r\nContent-Length: 17\r\n\r\nrequest too slow\n")
+def _canned(status: str, text: str, extra: str = "") -> bytes:
+    body = text.encode("utf-8")
+    return (f"HTTP/1.0 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n{extra}"
+            f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode("ascii") + body
+
+
+_BUSY = _canned("503 Service Unavailable", "server busy, retry later.\n", "Retry-After: 1\r\n")
+_TIMEOUT = _canned("408 Request Timeout", "request too slow\n")
 _PLAIN_ON_TLS = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
                  b"Connection: close\r\n\r\n"
                  b"This port speaks TLS: use https://, not http://.\n")
-_REJECT_SECONDS = 1.0
+_URI_TOO_LONG = _canned("414 URI Too Long", "request line too long\n")
+_HEAD_TOO_LARGE = _canned("431 Request Header Fields Too Large", "request head too large\n")
+_BODY_TOO_LARGE = _canned("413 Content Too Large", "request body too large\n")
+_BAD_LENGTH = _canned("400 Bad Request", "bad Content-Length\n")
+_NO_CHUNKED = _canned("411 Length Required", "send a Content-Length, not chunked\n")
+_INTERNAL = _canned("500 Internal Server Error", "internal error\n")
+
+_MAX_HEAD = 1 << 16  # request line and headers together
+_LINGER_SECONDS = 1.0
+_LINGER_BYTES = 1 << 16
 _TLS_HANDSHAKE_RECORD = 0x16
-
-
-class _PlainHTTPOnTLSError(OSError):
-    """A client spoke clear-text HTTP to the TLS listener (it was told so)."""
-
-
-class _DeadlineIO(io.RawIOBase):
-    """A socket as a raw stream whose reads and writes respect the connection's deadline."""
-
-    def __init__(self, sock: socket.socket, deadline: float, idle: float) -> None:
-        super().__init__()
-        self._sock = sock
-        self._deadline = deadline
-        self._idle = idle
-        self.written = 0
-
-    def _arm(self) -> None:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            msg = "connection deadline passed"
-            raise TimeoutError(msg)
-        self._sock.settimeout(min(self._idle, left))
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        self._arm()
-        return self._sock.recv_into(buffer)
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data)
-        total = len(view)
-        while view:
-            self._arm()
-            sent = self._sock.send(view)
-            view = view[sent:]
-            self.written += sent
-        return total
 
 
 class _LogStderr:
@@ -385,36 +406,56 @@ class _LogStderr:
         return None
 
 
-class _Handler(WSGIRequestHandler):
-    """wsgiref's handler, reading and writing through the deadline-aware stream."""
+class _ServerHandler(ServerHandler):
+    server_software = "sigwatch"
 
-    server: _PooledServer
+
+class _Gateway:
+    """The WSGI side, run by the workers on a request that has arrived whole.
+
+    wsgiref parses the request (``http.server``'s rules and limits) and calls the application;
+    the response is collected in memory and handed back to the I/O loop, so a worker never
+    waits on the network.
+    """
+
+    def __init__(self, app: WSGIApplication, host: str, port: int, *, https: bool) -> None:
+        self.app = app
+        self.base_environ: dict[str, str] = {
+            "SERVER_NAME": host, "GATEWAY_INTERFACE": "CGI/1.1", "SERVER_PORT": str(port),
+            "REMOTE_HOST": "", "CONTENT_LENGTH": "", "SCRIPT_NAME": ""}
+        if https:
+            self.base_environ["HTTPS"] = "on"
+
+    def get_app(self) -> WSGIApplication:
+        return self.app
+
+    def respond(self, request: bytes, client: tuple[Any, ...]) -> bytes:
+        out = io.BytesIO()
+        handler = _Handler(self, request, out, client)
+        try:
+            handler.serve()
+        except Exception:
+            log.exception("http_worker_error")
+            return _INTERNAL
+        return out.getvalue()
+
+
+class _Handler(WSGIRequestHandler):
+    """wsgiref's handler over a request already in memory (no socket)."""
+
     server_version = "sigwatch"
     sys_version = ""
-    _raw: _DeadlineIO
-    _stderr: _LogStderr
 
-    def setup(self) -> None:
-        conn: _Connection = self.request
-        self.connection = conn.sock
-        self._raw = _DeadlineIO(conn.sock, conn.deadline, self.server.limits.idle_timeout)
-        self.rfile = io.BufferedReader(self._raw, 8192)
-        self.wfile = self._raw  # type: ignore[assignment]
+    def __init__(self, gateway: _Gateway, request: bytes, out: io.BytesIO,
+                 client: tuple[Any, ...]) -> None:  # no socketserver set-up: no socket
+        self.server = cast("Any", gateway)  # get_environ() reads its base_environ
+        self._gateway = gateway
+        self.client_address = client
+        self.rfile = io.BytesIO(request)
+        self.wfile = out
         self._stderr = _LogStderr()
 
-    def handle(self) -> None:
-        try:
-            self._handle_one()
-        except TimeoutError:
-            self.server.note("timeout")
-            if self._raw.written == 0:
-                with contextlib.suppress(OSError):
-                    self.connection.settimeout(0.5)
-                    self.connection.sendall(_TIMEOUT)
-        except (ConnectionError, ssl.SSLError):
-            self.server.note("disconnect")
-
-    def _handle_one(self) -> None:
+    def serve(self) -> None:
         """``WSGIRequestHandler.handle`` with our ``ServerHandler`` (no version banner)."""
         self.raw_requestline = self.rfile.readline(65537)
         if len(self.raw_requestline) > 65536:
@@ -425,13 +466,10 @@ class _Handler(WSGIRequestHandler):
             return
         if not self.parse_request():
             return
-        handler = _ServerHandler(cast("IO[bytes]", self.rfile), cast("IO[bytes]", self._raw),
-                                 self.get_stderr(),
-                                 self.get_environ(), multithread=True)
+        handler = _ServerHandler(cast("IO[bytes]", self.rfile), cast("IO[bytes]", self.wfile),
+                                 self.get_stderr(), self.get_environ(), multithread=True)
         handler.request_handler = self  # type: ignore[attr-defined] # wsgiref's back-pointer
-        handler.run(self.server.get_app())  # type: ignore[arg-type]
-
-    def finish(self) -> None:
+        handler.run(self._gateway.get_app())
         if self._stderr.parts:
             log.warning("http_handler_error", detail="".join(self._stderr.parts).strip())
 
@@ -443,48 +481,296 @@ class _Handler(WSGIRequestHandler):
         _ = format, args
 
 
-class _ServerHandler(ServerHandler):
-    server_software = "sigwatch"
+class _TLSSession:
+    """TLS over memory buffers: the I/O loop feeds bytes in and sends what comes out, so a
+    handshake never blocks a thread (as asyncio's own SSL transport does it)."""
+
+    def __init__(self, ctx: ssl.SSLContext) -> None:
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._obj = ctx.wrap_bio(self._in, self._out, server_side=True)
+        self.ready = False
+
+    def feed(self, data: bytes) -> bytes:
+        """Take bytes from the network; return the plaintext they complete (may be empty).
+        Raises ``ssl.SSLError`` on a failed handshake or a bad record."""
+        self._in.write(data)
+        if not self.ready:
+            try:
+                self._obj.do_handshake()
+            except ssl.SSLWantReadError:
+                return b""
+            self.ready = True
+        out = bytearray()
+        while True:
+            try:
+                chunk = self._obj.read(65536)
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+                break
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
+
+    def outgoing(self) -> bytes:
+        return self._out.read()
+
+    def encrypt(self, data: bytes) -> bytes:
+        view = memoryview(data)
+        while view:
+            view = view[self._obj.write(view):]
+        return self._out.read()
+
+    def close_notify(self) -> bytes:
+        with contextlib.suppress(ssl.SSLError):
+            self._obj.unwrap()
+        return self._out.read()
 
 
-@dataclass(slots=True)
-class _Connection:
-    sock: socket.socket
-    deadline: float
+_State = Literal["reading", "dispatched", "writing", "lingering", "closed"]
 
 
-class _PooledServer(WSGIServer):
-    """``WSGIServer`` whose ``process_request`` queues to a fixed pool instead of a thread."""
+class _Connection(asyncio.Protocol):
+    """One client connection on the I/O loop: gather a whole request, dispatch it, write the
+    answer, half-close and linger briefly (so the client reads the answer, not a reset)."""
 
-    allow_reuse_address = True
+    def __init__(self, hub: _Hub) -> None:
+        self.hub = hub
+        self.transport: asyncio.Transport | None = None
+        self.client: tuple[Any, ...] = ("", 0)
+        self.state: _State = "reading"
+        self.buf = bytearray()
+        self.tls: _TLSSession | None = None
+        self.writing_paused = False
+        self.lingered = 0
+        self._deadline: asyncio.TimerHandle | None = None
+        self._idle: asyncio.TimerHandle | None = None
 
-    def __init__(self, family: socket.AddressFamily, sockaddr: tuple[Any, ...], *,
-                 dual_stack: bool, limits: ServerLimits, tls: _ContextCache | None,
-                 on_event: Callable[[ServerEvent], None]) -> None:
-        self.address_family = family
-        self.request_queue_size = limits.backlog
+    # -- asyncio callbacks ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast("asyncio.Transport", transport)
+        self.transport.set_write_buffer_limits(high=0)  # pause_writing until drained
+        self.client = tuple(transport.get_extra_info("peername") or ("", 0))
+        loop = self.hub.loop
+        self._deadline = loop.call_later(self.hub.limits.request_timeout, self._too_slow)
+        self._arm_idle()
+        self.hub.admit(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.state == "lingering":
+            self.lingered += len(data)
+            if self.lingered > _LINGER_BYTES:
+                self._close()
+            return
+        if self.state != "reading":
+            return  # a pipelined request: one request per connection
+        self._arm_idle()
+        if self.hub.tls is not None:
+            plain = self._tls_in(data)
+            if plain is None or not plain:
+                return
+            data = plain
+        self.buf += data
+        self._check_request()
+
+    def eof_received(self) -> bool:
+        if self.state == "reading":
+            if self.buf:
+                self.hub.note("disconnect")
+            self._close()
+            return False
+        if self.state == "lingering":
+            self._close()
+            return False
+        return True  # half-closed after its request: the answer can still be written
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        if self.state == "writing":
+            self._linger()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.state in ("reading", "writing") and exc is not None:
+            self.hub.note("disconnect")
+        self.state = "closed"
+        self._cancel_timers()
+        self.hub.forget(self)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _tls_in(self, data: bytes) -> bytes | None:
+        if self.tls is None:
+            assert self.hub.tls is not None
+            if data[:1] and data[0] != _TLS_HANDSHAKE_RECORD:
+                self.hub.note("tls_error")  # as Go's servers do: say why instead of a reset
+                self._send(_PLAIN_ON_TLS, encrypt=False)
+                self._linger()
+                return None
+            self.tls = _TLSSession(self.hub.tls.get())
+        try:
+            plain = self.tls.feed(data)
+        except ssl.SSLError as exc:
+            self.hub.note("tls_error")
+            log.debug("tls_handshake_failed", reason=exc.reason)
+            self._send(self.tls.outgoing(), encrypt=False)
+            self._close()
+            return None
+        self._send(self.tls.outgoing(), encrypt=False)
+        return plain
+
+    def _check_request(self) -> None:
+        end = self.buf.find(b"\r\n\r\n")
+        size = 4
+        if end < 0:
+            end, size = self.buf.find(b"\n\n"), 2
+        if end < 0:
+            if len(self.buf) > _MAX_HEAD:
+                first_line = self.buf.find(b"\n", 0, _MAX_HEAD)
+                self._refuse(_URI_TOO_LONG if first_line < 0 else _HEAD_TOO_LARGE)
+            return
+        head_end = end + size
+        if head_end > _MAX_HEAD:
+            self._refuse(_HEAD_TOO_LARGE)
+            return
+        length = _body_length(bytes(self.buf[:head_end]))
+        if length is None:
+            self._refuse(_BAD_LENGTH)
+        elif length < 0:
+            self._refuse(_NO_CHUNKED)
+        elif length > self.hub.limits.max_body:
+            self._refuse(_BODY_TOO_LARGE)
+        elif len(self.buf) >= head_end + length:
+            request = bytes(self.buf[:head_end + length])
+            self.buf.clear()
+            self.state = "dispatched"
+            self._cancel_timers()
+            assert self.transport is not None
+            self.transport.pause_reading()
+            self.hub.dispatch(self, request)
+
+    def _refuse(self, answer: bytes) -> None:
+        self.buf.clear()
+        self.respond(answer)
+
+    def _too_slow(self) -> None:
+        """The request deadline or the idle timeout passed before a whole request."""
+        if self.state != "reading":
+            return
+        self.hub.note("timeout")
+        if self.hub.tls is not None and (self.tls is None or not self.tls.ready):
+            self._abort()  # no TLS session to say it in
+            return
+        self.respond(_TIMEOUT)
+
+    def _arm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        self._idle = self.hub.loop.call_later(self.hub.limits.idle_timeout, self._too_slow)
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._deadline, self._idle):
+            if timer is not None:
+                timer.cancel()
+        self._deadline = self._idle = None
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def respond(self, answer: bytes) -> None:
+        """Write ``answer`` (on the loop), then half-close and linger; a client that does not
+        read it within the request deadline is cut off."""
+        if self.state in ("closed", "writing", "lingering") or self.transport is None:
+            return
+        self._cancel_timers()
+        self.state = "writing"
+        self._send(answer, encrypt=self.tls is not None)
+        if self.tls is not None:
+            self._send(self.tls.close_notify(), encrypt=False)
+        self._deadline = self.hub.loop.call_later(self.hub.limits.request_timeout,
+                                                  self._write_timeout)
+        if not self.writing_paused:
+            self._linger()
+
+    def _send(self, data: bytes, *, encrypt: bool) -> None:
+        if not data or self.transport is None or self.transport.is_closing():
+            return
+        if encrypt:
+            assert self.tls is not None
+            data = self.tls.encrypt(data)
+        self.transport.write(data)
+
+    def _write_timeout(self) -> None:
+        if self.state in ("writing", "lingering") and self.transport is not None and (
+                self.transport.get_write_buffer_size()):
+            self.hub.note("timeout")
+        self._abort()
+
+    def _linger(self) -> None:
+        """Everything written: half-close, read (and drop) what the client still sends for
+        a moment, then close. Closing with unread input would make the kernel send a reset
+        that can throw the answer away before the client reads it."""
+        assert self.transport is not None
+        self.state = "lingering"
+        if self.transport.can_write_eof():
+            with contextlib.suppress(OSError, RuntimeError):
+                self.transport.write_eof()
+        with contextlib.suppress(RuntimeError):
+            self.transport.resume_reading()
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.hub.loop.call_later(_LINGER_SECONDS, self._close)
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _body_length(head: bytes) -> int | None:
+    """The Content-Length of a request head: 0 when absent, -1 for a chunked body, None when
+    it is malformed or given twice with different values."""
+    lengths: set[bytes] = set()
+    for line in head.split(b"\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        key = name.strip().lower()
+        if key == b"transfer-encoding":
+            return -1
+        if key == b"content-length":
+            lengths.add(value.strip())
+    if not lengths:
+        return 0
+    if len(lengths) > 1:
+        return None
+    (text,) = lengths
+    if not text.isdigit() or len(text) > 18:
+        return None
+    return int(text)
+
+
+class _Hub:
+    """The I/O loop's view of the server: the open connections, the requests waiting for a
+    worker, and the workers (which only compute; the loop does every read and write)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, gateway: _Gateway,
+                 limits: ServerLimits, tls: _ContextCache | None,
+                 on_event: Callable[[ServerEvent], None], triage: Triage | None) -> None:
+        self.loop = loop
+        self.triage = triage
+        self.gateway = gateway
         self.limits = limits
         self.tls = tls
         self.on_event = on_event
-        self._dual_stack = dual_stack
-        self._slots = threading.BoundedSemaphore(limits.workers + limits.queue)
-        self._work: queue.SimpleQueue[tuple[socket.socket, Any] | None] = queue.SimpleQueue()
-        self._reject: queue.Queue[socket.socket | None] = queue.Queue(maxsize=limits.queue + 8)
-        self._active: set[socket.socket] = set()
-        self._active_lock = threading.Lock()
-        self.threads: list[threading.Thread] = []
-        self._stopping = threading.Event()
-        super().__init__(sockaddr, _Handler, bind_and_activate=True)
-
-    def server_bind(self) -> None:
-        """Bind without ``getfqdn()``: a DNS lookup at start-up hangs on an offline node."""
-        if self._dual_stack:
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name = str(host)
-        self.server_port = int(port)
-        self.setup_environ()
+        self.connections: dict[_Connection, None] = {}  # in the order they were accepted
+        self.pending = 0  # requests handed to the workers and not answered yet
+        self.work: queue.SimpleQueue[tuple[_Connection, bytes] | None] = queue.SimpleQueue()
 
     def note(self, event: ServerEvent) -> None:
         try:
@@ -492,163 +778,82 @@ class _PooledServer(WSGIServer):
         except Exception:
             log.exception("http_event_callback_failed")
 
-    # -- accepting thread ----------------------------------------------------------------------
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if self._slots.acquire(blocking=False):
-            self._work.put((request, client_address))
+    def admit(self, conn: _Connection) -> None:
+        """Keep ``conn``; over ``max_connections``, push out the connection that has waited
+        longest without sending a whole request (a slow or idle client, never a request)."""
+        self.connections[conn] = None
+        if len(self.connections) <= self.limits.max_connections:
             return
+        victim = next((c for c in self.connections if c.state == "reading" and c is not conn),
+                      conn)
         self.note("busy")
-        try:
-            self._reject.put_nowait(request)
-        except queue.Full:
-            request.close()
+        if victim.tls is not None or self.tls is not None:
+            victim._abort()
+        else:
+            victim.respond(_BUSY)
 
-    def start_threads(self) -> None:
-        for i in range(self.limits.workers):
-            t = threading.Thread(target=self._worker, name=f"sigwatch-http-{i}", daemon=True)
-            t.start()
-            self.threads.append(t)
-        t = threading.Thread(target=self._rejecter, name="sigwatch-http-busy", daemon=True)
-        t.start()
-        self.threads.append(t)
+    def forget(self, conn: _Connection) -> None:
+        self.connections.pop(conn, None)
 
-    def stop_threads(self, timeout: float) -> None:
-        self._stopping.set()  # queued connections are closed, not served
-        for _ in range(self.limits.workers):
-            self._work.put(None)
-        self._reject.put(None)
-        with self._active_lock:
-            for sock in self._active:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-        end = time.monotonic() + timeout
-        for t in self.threads:
-            t.join(max(0.0, end - time.monotonic()))
+    def dispatch(self, conn: _Connection, request: bytes) -> None:
+        if self.triage is not None:
+            head = _head_of(request, conn.client)
+            answer = None
+            if head is not None:
+                try:
+                    answer = self.triage(head)
+                except Exception:
+                    log.exception("http_triage_failed")
+            if answer is not None:
+                conn.respond(answer)
+                return
+        if self.pending >= self.limits.workers + self.limits.queue:
+            self.note("busy")
+            conn.respond(_BUSY)
+            return
+        self.pending += 1
+        self.work.put((conn, request))
 
-    # -- workers -------------------------------------------------------------------------------
+    def answered(self, conn: _Connection, answer: bytes) -> None:
+        self.pending -= 1
+        conn.respond(answer)
 
-    def _worker(self) -> None:
+    def worker(self) -> None:
         while True:
-            item = self._work.get()
+            item = self.work.get()
             if item is None:
                 return
-            sock, address = item
-            try:
-                if self._stopping.is_set():
-                    _close(sock)
-                else:
-                    self._serve(sock, address)
-            finally:
-                self._slots.release()
+            conn, request = item
+            answer = self.gateway.respond(request, conn.client)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: stopping
+                self.loop.call_soon_threadsafe(self.answered, conn, answer)
 
-    def _serve(self, sock: socket.socket, address: Any) -> None:
-        conn = _Connection(sock, time.monotonic() + self.limits.request_timeout)
-        with self._active_lock:
-            self._active.add(sock)
-        try:
-            if self.tls is not None:
-                conn.sock = self._handshake(sock, conn.deadline)
-                with self._active_lock:
-                    self._active.add(conn.sock)
-            _Handler(cast("socket.socket", conn), address, self)  # setup() unpacks it
-        except TimeoutError:
-            self.note("timeout")
-        except ssl.SSLError as exc:
-            self.note("tls_error")
-            log.debug("tls_handshake_failed", reason=exc.reason)
-        except _PlainHTTPOnTLSError:
-            self.note("tls_error")
-        except OSError:
-            self.note("disconnect")
-        except Exception:
-            log.exception("http_worker_error")
-        finally:
-            with self._active_lock:
-                self._active.discard(sock)
-                self._active.discard(conn.sock)
-            _linger_close(conn.sock, conn.deadline)
-
-    def _handshake(self, sock: socket.socket, deadline: float) -> socket.socket:
-        assert self.tls is not None
-        sock.settimeout(min(self.limits.idle_timeout, max(0.01, deadline - time.monotonic())))
-        first = sock.recv(1, socket.MSG_PEEK)
-        if first and first[0] != _TLS_HANDSHAKE_RECORD:
-            sock.sendall(_PLAIN_ON_TLS)  # as Go's servers do: say why instead of a reset
-            raise _PlainHTTPOnTLSError
-        tls_sock = self.tls.get().wrap_socket(sock, server_side=True,
-                                              do_handshake_on_connect=False)
-        try:
-            tls_sock.settimeout(min(self.limits.idle_timeout,
-                                    max(0.01, deadline - time.monotonic())))
-            tls_sock.do_handshake()
-        except BaseException:
-            _close(tls_sock)  # wrap_socket took over the descriptor: close it here
-            raise
-        return tls_sock
-
-    def _rejecter(self) -> None:
-        """Tell a connection over the limit to come back: a 503 within one second, then close.
-
-        The request is read (and discarded) before closing, so the client's kernel does not
-        answer our close with a reset that would throw the 503 away.
-        """
-        while True:
-            sock = self._reject.get()
-            if sock is None:
-                return
-            if self._stopping.is_set():
-                _close(sock)
-                continue
-            deadline = time.monotonic() + _REJECT_SECONDS
-            out = sock
-            try:
-                if self.tls is not None:
-                    out = self._handshake(sock, deadline)
-                raw = _DeadlineIO(out, deadline, _REJECT_SECONDS)
-                raw.write(_BUSY)
-                with contextlib.suppress(OSError):
-                    out.shutdown(socket.SHUT_WR)
-                buf = bytearray(4096)
-                while raw.readinto(buf) > 0:
-                    pass
-            except (OSError, ssl.SSLError):
-                pass
-            finally:
-                _close(out)
+    def abort_all(self) -> None:
+        for conn in list(self.connections):
+            conn._abort()
 
 
-def _linger_close(sock: socket.socket, deadline: float) -> None:
-    """Half-close, read what the client still sends (briefly), then close.
-
-    Closing a socket with unread input (a request body we never needed) makes the kernel send a
-    reset, and the client can lose the response it has not read yet.
-    """
+def _listening_socket(address: ListenAddress, backlog: int) -> socket.socket:
+    family, sockaddr, dual = _resolve(address)
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        sock.shutdown(socket.SHUT_WR)
-        sock.settimeout(max(0.01, min(_REJECT_SECONDS, deadline - time.monotonic())))
-        left = 1 << 16
-        while left > 0:
-            data = sock.recv(min(left, 8192))
-            if not data:
-                break
-            left -= len(data)
-    except (OSError, ssl.SSLError):
-        pass
-    finally:
-        _close(sock)
-
-
-def _close(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if dual:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(sockaddr)
+        sock.listen(backlog)
+    except OSError as exc:
         sock.close()
+        raise BindError(str(address), _bind_reason(exc), exc.errno) from None
+    sock.setblocking(False)
+    return sock
 
 
 class WebServer:
     """Serves one WSGI application on one listen address until ``stop``.
 
     Construction does nothing; ``start()`` binds (``BindError`` when it cannot) and starts the
-    accepting thread and the workers. ``stop()`` may be called from any thread, once started.
+    I/O loop thread and the workers. ``stop()`` may be called from any thread, once started.
     """
 
     def __init__(
@@ -659,71 +864,87 @@ class WebServer:
         tls: TLSConfig | None = None,
         limits: ServerLimits | None = None,
         on_event: Callable[[ServerEvent], None] | None = None,
+        triage: Triage | None = None,
     ) -> None:
         """``on_event`` is called with "busy", "timeout", "tls_error" or "disconnect" for each
-        connection that ended that way (from the server's threads: keep it cheap)."""
+        connection that ended that way (from the I/O loop: keep it cheap). ``triage`` answers
+        requests that need no worker; by default the application's ``triage`` if it has one."""
         self.app = app
         self.listen = parse_listen(listen) if isinstance(listen, str) else listen
         self.tls = tls
         self.limits = limits or ServerLimits()
         self._on_event = on_event or (lambda _event: None)
-        self._server: _PooledServer | None = None
-        self._thread: threading.Thread | None = None
+        self._triage: Triage | None = triage or getattr(app, "triage", None)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._hub: _Hub | None = None
+        self._server: asyncio.Server | None = None
+        self._threads: list[threading.Thread] = []
+        self._port = 0
 
     def start(self) -> None:
         """Bind and serve in background threads. Raises ``BindError`` or ``TLSError``."""
-        if self._server is not None:
+        if self._loop is not None:
             msg = "already started"
             raise RuntimeError(msg)
         tls = _ContextCache(self.tls) if self.tls is not None else None
-        family, sockaddr, dual = _resolve(self.listen)
+        sock = _listening_socket(self.listen, self.limits.backlog)
+        host, port = sock.getsockname()[:2]
+        self._port = int(port)
+        loop = asyncio.new_event_loop()
+        loop.set_exception_handler(_loop_error)
+        hub = _Hub(loop, _Gateway(self.app, str(host), self._port, https=tls is not None),
+                   self.limits, tls, self._on_event, self._triage)
         try:
-            server = _PooledServer(family, sockaddr, dual_stack=dual, limits=self.limits,
-                                   tls=tls, on_event=self._on_event)
+            self._server = loop.run_until_complete(loop.create_server(
+                lambda: _Connection(hub), sock=sock, backlog=self.limits.backlog))
         except OSError as exc:
+            loop.close()
+            sock.close()
             raise BindError(str(self.listen), _bind_reason(exc), exc.errno) from None
-        server.set_app(self.app)
-        server.start_threads()
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
-                                        name="sigwatch-http-accept", daemon=True)
-        self._thread.start()
+        self._loop, self._hub = loop, hub
+        self._threads = [threading.Thread(target=loop.run_forever, name="sigwatch-http-io",
+                                          daemon=True)]
+        self._threads += [threading.Thread(target=hub.worker, name=f"sigwatch-http-{i}",
+                                           daemon=True) for i in range(self.limits.workers)]
+        for t in self._threads:
+            t.start()
         log.info("http_listening", address=str(self.address),
                  tls=self.tls is not None, workers=self.limits.workers)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop accepting, cut open connections, join the threads (at most ``timeout`` s)."""
-        server, self._server = self._server, None
-        if server is None:
+        loop, hub, server = self._loop, self._hub, self._server
+        if loop is None or hub is None or server is None:
             return
-        stopper = threading.Thread(target=server.shutdown, name="sigwatch-http-stop")
-        stopper.start()
-        # Wake the accept loop now instead of at its next poll.
-        self._poke(int(server.server_address[1]))
-        stopper.join(timeout)
-        server.server_close()
-        server.stop_threads(timeout)
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._loop = self._hub = self._server = None
+        end = time.monotonic() + timeout
 
-    def _poke(self, port: int) -> None:
-        """Connect to ourselves once: the accept loop wakes and sees the stop request."""
-        hosts = [self.listen.host] if self.listen.host not in {"", "::", "0.0.0.0"} else [
-            "127.0.0.1", "::1"]
-        for host in hosts:
-            try:
-                with socket.create_connection((host, port), 1.0):
-                    return
-            except OSError:
-                continue
+        def shut() -> None:
+            server.close()
+            hub.abort_all()
+            loop.call_soon(loop.stop)
+
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(shut)
+        for _ in range(self.limits.workers):
+            hub.work.put(None)
+        for t in self._threads:
+            t.join(max(0.0, end - time.monotonic()))
+        if not self._threads[0].is_alive():
+            loop.close()
+        self._threads = []
 
     @property
     def port(self) -> int:
         """The bound port (the real one when 0 was asked for)."""
-        if self._server is None:
+        if self._loop is None:
             msg = "not started"
             raise RuntimeError(msg)
-        return int(self._server.server_address[1])
+        return self._port
+
+    def in_hand(self) -> int:
+        """Whole requests handed to the workers and not answered yet (for tests)."""
+        return 0 if self._hub is None else self._hub.pending
 
     @property
     def address(self) -> ListenAddress:
@@ -731,10 +952,8 @@ class WebServer:
 
     @property
     def threads(self) -> int:
-        """Threads this server runs (workers, the rejecter, the acceptor): for tests."""
-        if self._server is None:
-            return 0
-        return len(self._server.threads) + 1
+        """Threads this server runs (the I/O loop and the workers): for tests."""
+        return len(self._threads)
 
     def url(self, path: str = "/") -> str:
         """A URL for this server as seen from this host (loopback for all interfaces)."""
@@ -743,3 +962,10 @@ class WebServer:
             host = f"[{host}]"
         scheme = "https" if self.tls is not None else "http"
         return f"{scheme}://{host}:{self.port}{path}"
+
+
+def _loop_error(_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's errors (a failed accept when out of file descriptors, ...) as one log line."""
+    exc = context.get("exception")
+    log.warning("http_loop_error", message=str(context.get("message", "")),
+                error=None if exc is None else f"{type(exc).__name__}: {exc}")

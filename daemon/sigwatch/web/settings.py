@@ -69,6 +69,9 @@ class WebSettings(_Strict):
     max_queued: int = Field(default=16, ge=0, le=1024)
     request_timeout: float = Field(default=30.0, gt=0, le=600)
     idle_timeout: float = Field(default=10.0, gt=0, le=600)
+    # Open connections still sending their request (they cost no worker); one more pushes out
+    # the one that has waited longest.
+    max_connections: int = Field(default=256, ge=1, le=65_536)
     history: int = Field(default=DEFAULT_CAPACITY, ge=10, le=100_000)
     status_page: bool = True
     # The status page lists an incident as open until this many seconds pass without a repeat
@@ -101,7 +104,8 @@ class WebSettings(_Strict):
     def server_limits(self) -> ServerLimits:
         return ServerLimits(workers=self.workers, queue=self.max_queued,
                             request_timeout=self.request_timeout,
-                            idle_timeout=self.idle_timeout)
+                            idle_timeout=self.idle_timeout,
+                            max_connections=self.max_connections)
 
     def tls_config(self) -> TLSConfig | None:
         t = self.tls_server_config

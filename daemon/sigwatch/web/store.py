@@ -47,6 +47,9 @@ log = structlog.get_logger("sigwatch.web.store")
 
 DEFAULT_CAPACITY = 1000
 _FORMAT = 1
+# A file name that is not UTF-8 holds surrogates; inside a JSON string their backslash form is
+# the JSON escape, so the record reads back with the exact name (as the event log does).
+_ERRORS = "backslashreplace"
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +341,7 @@ class DetectionStore:
     def _open_locked(self) -> None:
         assert self.path is not None
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._file = os.fdopen(fd, "a", encoding="utf-8")
+        self._file = os.fdopen(fd, "a", encoding="utf-8", errors=_ERRORS)
 
     def _compact_locked(self) -> bool:
         """Rewrite the file with exactly the ring's content, atomically; False if it failed."""
@@ -349,7 +352,7 @@ class DetectionStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            with os.fdopen(fd, "w", encoding="utf-8", errors=_ERRORS) as fh:
                 fh.writelines(_record(s.seq, s.detection) for s in snapshot)
                 fh.flush()
                 os.fsync(fh.fileno())
