@@ -363,6 +363,30 @@ def _expand(items: list[tuple[Any, Any]]) -> list[tuple[_Token, ...]] | None:
     return out
 
 
+def _outside(pattern: re.Pattern[bytes], words: set[bytes]) -> bool:
+    """True when every match of ``pattern`` holds a run of letters that is part of none of
+    ``words`` (lower case): a line whose runs of letters all are cannot hold a match."""
+    literals = _literals(pattern)
+    if literals is None:
+        return False
+    for lit in literals:
+        runs: list[bytes] = []
+        run = b""
+        for token in lit:
+            letters = {b | 0x20 for b in token if 65 <= (b & 0xDF) <= 90}
+            if letters and len(letters) == 1 and all(65 <= (b & 0xDF) <= 90 for b in token):
+                run += bytes(letters)
+            else:
+                if run:
+                    runs.append(run)
+                run = b""
+        if run:
+            runs.append(run)
+        if not any(all(r not in w for w in words) for r in runs):
+            return False
+    return True
+
+
 def _rare_trie(literals: list[tuple[_Token, ...]]) -> list[bytes]:
     """Alternatives (each led by one byte) that find every literal by its rarest part.
 
@@ -474,6 +498,18 @@ class Pipeline:
                     if prepass is not None else set())
             needs = {(p.pattern, p.flags) for p in want} - mine
             covered = [p for p in covered if (p.pattern, p.flags) not in needs]
+        # Patterns that cannot match any line a prepass reads (by its vocabulary) are not
+        # searched on those lines either, whoever wants them.
+        if self._prepasses:
+            words: set[bytes] | None = set()
+            for prepass in self._prepasses:
+                vocabulary = getattr(prepass, "vocabulary", None)
+                if vocabulary is None or words is None:
+                    words = None
+                else:
+                    words |= vocabulary
+            if words is not None:
+                covered += [p for want in wants for p in want if _outside(p, words)]
         self.interests = Interests([p for want in wants for p in want], covered)
         # Per detector: the bits of its interests in ``self.interests``.
         self._masks = [self.interests.mask(want) for want in wants]

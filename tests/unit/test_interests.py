@@ -116,3 +116,33 @@ class TestOnePass:
 
         assert _line_by_line(patterns, data, {s for s, _e in lines},
                              {len(patterns) - 1}) == got
+
+
+class TestVocabulary:
+    def test_a_pattern_outside_the_prepass_vocabulary_never_matches_a_line_it_reads(
+            self, library: PatternSet) -> None:
+        """The shipped detectors' patterns that the progress prepass's words exclude (error
+        words, platform words, the end-of-training gate) find nothing on the lines it reads,
+        so leaving those lines out of their search changes nothing."""
+        from sigwatch.detectors.progress import BULK_WORDS, BulkProgress  # noqa: PLC0415
+        from sigwatch.pipeline import _outside  # noqa: PLC0415
+
+        data = _bench_lines(library, 1_500_000)
+        lines = BulkProgress().parse(data).lines
+        outside = [p for p in _detector_patterns() if _outside(p, set(BULK_WORDS))]
+
+        assert len(outside) >= 3
+        assert len(lines) > 3000
+        for pattern in outside:
+            assert [] == [data[s:e] for s, e in lines if pattern.search(data, s, e + 1)]
+
+    def test_a_word_of_the_vocabulary_keeps_a_pattern_inside(self) -> None:
+        """'loss scale' and 'iteration' can be on a Megatron line: searched everywhere."""
+        from sigwatch.detectors.progress import BULK_WORDS  # noqa: PLC0415
+        from sigwatch.pipeline import _outside  # noqa: PLC0415
+
+        words = set(BULK_WORDS)
+
+        assert not _outside(re.compile(literal_interest([b"loss scale"])), words)
+        assert not _outside(re.compile(rb"iteration|xyzzy"), words)
+        assert _outside(re.compile(literal_interest([b"error", b"out of memory"])), words)

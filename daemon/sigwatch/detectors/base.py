@@ -277,6 +277,13 @@ class Prepass(Protocol):
         """Interest patterns that need not be searched on the lines the prepass covers."""
         ...
 
+    @property
+    def vocabulary(self) -> frozenset[bytes] | None:
+        """Every run of letters a covered line can hold is part of one of these words
+        (lower case), or None when that is not known. A pattern whose every match needs
+        another run of letters is then not searched on the covered lines either."""
+        ...
+
     def run(self, data: bytes) -> Covered:
         """Read ``data`` (whole lines, each ending with a newline)."""
         ...

@@ -25,6 +25,7 @@ from typing import Any, Final, cast
 
 __all__ = [
     "BUILTIN_EXTRACTORS",
+    "BULK_WORDS",
     "Extractor",
     "Progress",
     "ProgressParser",
@@ -459,6 +460,11 @@ _BULK_LINE = (rb"(?:(?:" + _BULK_TAG + rb"|)(?:(?P<megatron>" + _BULK_MEGATRON +
               rb"|\r+(?P<tqdm_cr>(?=" + _TQDM_START + rb")))")
 _BULK_FIRST_RE = re.compile(_BULK_LINE)
 _BULK_RE = re.compile(rb"\n" + _BULK_LINE)
+# Every run of letters a line the pass accepts can hold is part of one of these (they are
+# read off the grammars themselves, regex syntax and group names included: more words than
+# needed). A pattern that needs another run of letters cannot match such a line.
+BULK_WORDS = frozenset(w.lower() for w in re.findall(
+    rb"[A-Za-z]+", _BULK_LINE + b" " + _TQDM_PART_RE.pattern))
 
 # What a progress record holds, by position (a tuple: no object per record).
 R_START: Final = 0  # where the line starts in the chunk

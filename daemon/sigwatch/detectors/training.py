@@ -62,6 +62,7 @@ from sigwatch.detectors.progress import (
     R_STEP,
     R_STEP_TIME,
     R_THROUGHPUT,
+    BULK_WORDS,
     BulkProgress,
     BulkRecords,
     Extractor,
@@ -139,6 +140,10 @@ class ProgressReader:
     @property
     def covers(self) -> tuple[re.Pattern[bytes], ...]:
         return (self.parser.interest,)
+
+    @property
+    def vocabulary(self) -> frozenset[bytes]:
+        return BULK_WORDS
 
     def run(self, data: bytes) -> BulkRecords:
         return self.bulk.parse(data) if self.bulk is not None else BulkRecords()
