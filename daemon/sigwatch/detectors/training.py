@@ -42,11 +42,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 from sigwatch.clock import Clock
 from sigwatch.detectors.base import Chunk, ChunkLine, LineEvent, Part, StreamContext
 from sigwatch.detectors.progress import (
+    BULK_WORDS,
     F_OVERFLOW,
     F_SKIPPED,
     R_ATTEMPTED,
@@ -62,7 +63,6 @@ from sigwatch.detectors.progress import (
     R_STEP,
     R_STEP_TIME,
     R_THROUGHPUT,
-    BULK_WORDS,
     BulkProgress,
     BulkRecords,
     Extractor,
@@ -850,39 +850,30 @@ class StepTimeDetector(_Trend):
     def _series_in_order(self, chunk: Chunk, skey: str, blocks: list[tuple[Shape, list[int]]],
                          lines: list[tuple[ProgressRecord, ChunkLine, Part]], fired: list[Any],
                          counts: dict[str, list[Any]]) -> int:
-        """One series with records of several sources (per-line ones, or two shapes): the
-        records in line order, the prepass's between two per-line ones as one block."""
+        """One series with records read line by line too: the records in line order, the
+        prepass's between two per-line ones as one block."""
         info = chunk.stream.info
-        # (pos, shape, index) of each prepass record; (pos, record, line, part) of the others
-        bulk: list[tuple[int, Shape, int]] = [
-            (_pos(*shape.key(i)), shape, i) for shape, idx in blocks for i in idx]
-        if len(blocks) > 1:
-            bulk.sort(key=itemgetter(0))
-        others = sorted(((_pos(line.start, rec[R_PART]), rec, line, part)
-                         for rec, line, part in lines), key=itemgetter(0))
-        b = 0
         last = -1
-        for o in [*others, None]:
-            upto = len(bulk) if o is None else bisect_left(bulk, (o[0],), lo=b)
-            if upto > b:
-                run = bulk[b:upto]
+        for run_shape, what in _interleave(blocks, lines, _start_of_line_item):
+            if run_shape is not None:
+                shape, run = run_shape, cast("list[int]", what)
                 series = self._series.get(skey)
                 if series is None or series.metric != "step_time":
                     series = _StepSeries("step_time", deque(maxlen=self.window))
                     self._series[skey] = series
-                xs = [t for _p, shape, i in run if (t := shape.step_times[i]) is not None]
+                times = shape.step_times
+                xs = [t for i in run if (t := times[i]) is not None]
                 for j, before, after, state in self._update_many(
-                        series, xs, partial(_step_in_run, run)):
-                    pos, shape, i = run[j]
-                    fired.append((pos, state, before, after,
+                        series, xs, partial(_step_at, shape.steps, run)):
+                    i = run[j]
+                    fired.append((_pos(*shape.key(i)), state, before, after,
                                   partial(_made, _bulk_line(chunk, shape.record(i)),
                                           shape.record(i))))
-                _tally(counts, run[-1][1].kind, len(run), xs[-1], run[-1][0], None, -1)
-                last = run[-1][0]
-                b = upto
-            if o is None:
-                break
-            pos, rec, line, part = o
+                last = _pos(*shape.key(run[-1]))
+                _tally(counts, shape.kind, len(run), xs[-1], last, None, -1)
+                continue
+            rec, line, part = what
+            pos = _pos(line.start, rec[R_PART])
             _tally(counts, rec[R_KIND], 1, rec[R_STEP_TIME], pos, rec[R_THROUGHPUT], pos)
             metric = "step_time" if rec[R_STEP_TIME] else "throughput"
             series = self._series.get(skey)
@@ -1228,27 +1219,58 @@ class LossTrendDetector(_Trend):
                         self._steps[skey] = last_step
                 touched.append((_pos(*shape.key(idx[-1])), skey))
                 continue
-            for shape, idx in blocks:
-                for i in idx:
-                    rec = shape.record(i)
+            if in_order:  # every record of the chunk in line order (eviction order)
+                for shape, idx in blocks:
+                    for i in idx:
+                        rec = shape.record(i)
+                        loss = rec[R_LOSS]
+                        assert loss is not None
+                        items.append((_pos(rec[R_START], rec[R_PART]), skey, loss,
+                                      rec[R_STEP], partial(_made, _bulk_line(chunk, rec),
+                                                           rec)))
+                for pos, rec, line, part in recs:
                     loss = rec[R_LOSS]
                     assert loss is not None
-                    items.append((_pos(rec[R_START], rec[R_PART]), skey, loss, rec[R_STEP],
-                                  partial(_made, _bulk_line(chunk, rec), rec)))
-            for pos, rec, line, part in recs:
+                    items.append((pos, skey, loss, rec[R_STEP],
+                                  partial(_made, _part_line(info, line, part), rec)))
+                continue
+            last_pos = -1
+            for run_shape, what in _interleave(blocks, recs, _start_of_item):
+                if run_shape is not None:  # a run of prepass records
+                    shape, run = run_shape, cast("list[int]", what)
+                    losses, steps = shape.losses, shape.steps
+                    for part_seg in _runs(steps, run, self._steps.get(skey)):
+                        xs = [x for i in part_seg if (x := losses[i]) is not None]
+                        series = self._series_of(skey, steps[part_seg[0]])
+                        for j, before, after, state in self._update_many(
+                                series, xs, partial(_step_at, steps, part_seg)):
+                            i = part_seg[j]
+                            fired.append((_pos(*shape.key(i)), state, before, after,
+                                          partial(_made, _bulk_line(chunk, shape.record(i)),
+                                                  shape.record(i))))
+                        last_step = next((st for i in reversed(part_seg)
+                                          if (st := steps[i]) is not None), None)
+                        if last_step is not None:
+                            self._steps[skey] = last_step
+                    last_pos = _pos(*shape.key(run[-1]))
+                    continue
+                pos, rec, line, part = what
                 loss = rec[R_LOSS]
                 assert loss is not None
-                items.append((pos, skey, loss, rec[R_STEP],
-                              partial(_made, _part_line(info, line, part), rec)))
+                series = self._series_of(skey, rec[R_STEP])
+                got = self._update(series, loss, rec[R_STEP])
+                if got is not None:
+                    fired.append((pos, _Fired.of(series), got[0], got[1],
+                                  partial(_made, _part_line(info, line, part), rec)))
+                last_pos = pos
+            touched.append((last_pos, skey))
         items.sort(key=itemgetter(0))
         for pos, skey, loss, step, made in items:
             series = self._series_of(skey, step)
             got = self._update(series, loss, step)
             if got is not None:
                 fired.append((pos, _Fired.of(series), got[0], got[1], made))
-        if items:
-            for pos, skey, *_rest in items:  # last use per series, as line by line
-                touched.append((pos, skey))
+            touched.append((pos, skey))
         for _at, skey in sorted(touched):
             if skey in self._series:
                 self._series.move_to_end(skey)
@@ -1299,12 +1321,41 @@ class LossTrendDetector(_Trend):
         self._steps = {str(k): int(v) for k, v in dict(state.get("steps", {})).items()}
 
 
+def _start_of_item(item: tuple[int, ProgressRecord, ChunkLine, Part]) -> int:
+    return item[2].start
+
+
+def _start_of_line_item(item: tuple[ProgressRecord, ChunkLine, Part]) -> int:
+    return item[1].start
+
+
 def _loss_of(progress: Progress | None) -> float | None:
     """The finite training loss a progress record holds (not an evaluation bar, not an
     overflow line), or None."""
     if progress is None or progress.eval or progress.overflow or progress.loss is None:
         return None
     return progress.loss if math.isfinite(progress.loss) else None
+
+
+def _interleave(blocks: list[tuple[Shape, list[int]]], others: list[Any],
+                start_of: Callable[[Any], int]) -> list[tuple[Shape | None, Any]]:
+    """The prepass records of one series (one shape: a series is of one kind) and its other
+    records in line order, as (shape, slice of its indices) runs and (None, record) items."""
+    if not blocks:
+        return [(None, o) for o in sorted(others, key=start_of)]
+    (shape, idx), = blocks  # one kind, one shape
+    starts = shape.starts
+    out: list[tuple[Shape | None, Any]] = []
+    b = 0
+    for o in sorted(others, key=start_of):
+        upto = bisect_left(idx, start_of(o), lo=b, key=starts.__getitem__)
+        if upto > b:
+            out.append((shape, idx[b:upto]))
+            b = upto
+        out.append((None, o))
+    if b < len(idx):
+        out.append((shape, idx[b:]))
+    return out
 
 
 def _step_at(steps: list[int | None], idx: list[int], j: int) -> int | None:
