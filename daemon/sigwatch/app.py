@@ -10,6 +10,7 @@ reloads the patterns (a broken set keeps the old one).
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -60,8 +61,17 @@ if TYPE_CHECKING:
     from sigwatch.web.status import Liveness
     from sigwatch.web.store import DetectionStore
 
-__all__ = ["Daemon", "build_daemon", "build_faults", "build_pipeline", "build_runtime",
-           "policy_problems", "run_daemon", "sd_notify"]
+__all__ = [
+    "Daemon",
+    "build_daemon",
+    "build_faults",
+    "build_pipeline",
+    "build_runtime",
+    "policy_problems",
+    "run_daemon",
+    "sd_notify",
+    "tune_gc",
+]
 
 # Seconds between full polls of every file while inotify hints are live.
 INOTIFY_SAFETY_POLL = 3.0
@@ -568,6 +578,15 @@ def raise_fd_limit() -> None:
         log.warning("fd_limit_unchanged", error=str(exc))
 
 
+def tune_gc() -> None:
+    """Once everything is built: what start-up made (modules, the compiled library) is frozen
+    out of the cyclic collector, and it runs less often. Reading a log allocates many small
+    tuples that reference counting frees at once; a full collection walking the whole library
+    every few thousand of them cost about a tenth of the detectors' time."""
+    gc.freeze()
+    gc.set_threshold(10_000, 50, 100)
+
+
 def run_daemon(config: Config) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status.
 
@@ -597,6 +616,7 @@ def run_daemon(config: Config) -> int:
         log.error("instance_lock_unavailable", state_dir=str(config.state_dir),
                   error=lock_error)
     daemon = build_daemon(config)
+    tune_gc()
 
     def on_stop(signum: int, _frame: FrameType | None) -> None:
         log.info("signal", signal=signal.Signals(signum).name)

@@ -285,7 +285,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _scan(args: argparse.Namespace, out: TextIO) -> int:
-    from sigwatch.app import build_pipeline
+    from sigwatch.app import build_pipeline, tune_gc
     from sigwatch.clock import SystemClock
     from sigwatch.model import Severity, StreamInfo
     from sigwatch.scaninputs import COMPRESSION_ERRORS, open_input, scan_inputs
@@ -302,6 +302,7 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
 
         detectors = build_detectors(clock=clock)
     pipeline = build_pipeline(patterns, [sink], clock=clock, detectors=detectors)
+    tune_gc()
     floor = Severity.parse(args.min_severity)
     shown: list[Detection] = []
     unreadable = 0
