@@ -72,10 +72,17 @@ PY = sys.executable
 _RE2_UNSUPPORTED = re.compile(r"\(\?<[=!]|\(\?[=!]|\(\?>|[*+?}]\+|\\[1-9]|\\[pPXGKZ]|\(\?<\w")
 
 
+_REPEAT_COUNT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+RE2_MAX_REPEAT = 1000  # RE2 refuses a larger repeat count ("invalid repeat count")
+
+
 def mtail_regex(pattern: str) -> str | None:
     """The regex as an mtail /literal/, or None when RE2 would not take it unchanged."""
     if _RE2_UNSUPPORTED.search(pattern):
         return None
+    for m in _REPEAT_COUNT.finditer(pattern):
+        if any(g and int(g) > RE2_MAX_REPEAT for g in m.groups()):
+            return None
     return pattern.replace("/", r"\/")
 
 

@@ -1090,7 +1090,7 @@ class LossTrendDetector(_Trend):
     """
 
     name = "loss_trend"
-    refresh = 25
+    refresh = 50  # a loss baseline moves slowly: its median is recomputed every 50 lines
 
     def __init__(
         self,
