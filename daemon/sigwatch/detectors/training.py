@@ -38,7 +38,7 @@ import re
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
@@ -48,6 +48,7 @@ from sigwatch.clock import Clock
 from sigwatch.detectors.base import Chunk, ChunkLine, LineEvent, Part, StreamContext
 from sigwatch.detectors.progress import (
     BULK_WORDS,
+    F_EVAL,
     F_OVERFLOW,
     F_SKIPPED,
     R_ATTEMPTED,
@@ -186,6 +187,22 @@ class ProgressReader:
             parsed.last = (key, line, part, text, found)
         return found
 
+    def record_part(self, chunk: Chunk, line: ChunkLine, part: int, text: str, rank: str | None,
+                    ) -> ProgressRecord | None:
+        """``read_part`` as a record (with its skipped-iterations flag), made once per chunk."""
+        parsed = chunk.cache.get(self)
+        if not isinstance(parsed, _Parsed):
+            parsed = chunk.cache[self] = _Parsed()
+        key = (line.start, part)
+        found = parsed.as_records.get(key, _MISSING)
+        if found is not _MISSING:
+            return cast("ProgressRecord | None", found)
+        progress = self.read_part(chunk, line, part, text)
+        rec = None if progress is None else record_of(line.start, part, rank, progress,
+                                                       _skipped(text))
+        parsed.as_records[key] = rec
+        return rec
+
     def chunk_done(self, chunk: Chunk) -> None:
         """Remember the chunk's last progress record for its stream (idempotent)."""
         parsed = chunk.cache.get(self)
@@ -222,18 +239,28 @@ class _Parsed:
 
     records: dict[tuple[int, int], Progress | None] = field(default_factory=dict)
     last: tuple[tuple[int, int], ChunkLine, int, str, Progress] | None = None
+    as_records: dict[tuple[int, int], object] = field(default_factory=dict)
+
+
+_MISSING = object()
 
 
 def _delivered(chunk: Chunk, mask: int,
                confirm: tuple[int, re.Pattern[bytes]] | None = None,
-               ) -> Iterator[tuple[ChunkLine, int, Part]]:
+               ) -> list[tuple[ChunkLine, int, Part]]:
     """The parts a per-line detector with interests ``mask`` would have been given, in order:
-    every part of a line its interests select, the matched parts of the other lines.
+    every part of a line its interests select, the matched parts of the other lines (made
+    once per chunk for each ``mask``: detectors with the same interests share it).
 
     ``confirm`` (bits, exact pattern): a line selected by those bits alone (a cheap literal
     gate) counts as selected only if the exact pattern finds it too. Lines the prepass
     covered come too (for their matches); their progress is in the prepass result.
     """
+    key = ("delivered", mask, confirm)
+    found = chunk.cache.get(key)
+    if found is not None:
+        return cast("list[tuple[ChunkLine, int, Part]]", found)
+    out: list[tuple[ChunkLine, int, Part]] = []
     for line in chunk.select(mask):
         parts = chunk.parts(line)
         wanted = line.interests & mask
@@ -242,12 +269,11 @@ def _delivered(chunk: Chunk, mask: int,
             if confirm[1].search(data, line.start, line.end + 1) is None:
                 wanted = 0
         if wanted:
-            for k, part in enumerate(parts):
-                yield line, k, part
+            out.extend((line, k, part) for k, part in enumerate(parts))
         else:
-            for k in sorted(line.matches):
-                if k < len(parts):
-                    yield line, k, parts[k]
+            out.extend((line, k, parts[k]) for k in sorted(line.matches) if k < len(parts))
+    chunk.cache[key] = out
+    return out
 
 
 # A record's place in its chunk as one int: (line start, part) in order.
@@ -779,10 +805,10 @@ class StepTimeDetector(_Trend):
                 evidence.append((_pos(line.start, k), part.text, line.matches.get(k, ())))
             if line.covered:
                 continue  # its progress is in the prepass's records
-            progress = reader.read_part(chunk, line, k, part.text)
-            if progress is None or progress.eval or progress.overflow or progress.cost is None:
+            rec = reader.record_part(chunk, line, k, part.text, part.rank)
+            if rec is None or rec[R_FLAGS] & (F_EVAL | F_OVERFLOW) or rec[R_COST] is None:
                 continue
-            fallback.append((record_of(line.start, k, part.rank, progress, False), line, part))
+            fallback.append((rec, line, part))
         fresh = _Fresh.of(reader.bulk_of(chunk), floor)
         self._counted(chunk, max(last, fresh.last_line))
         # series -> its records: bulk (shape, indices) and per-line ones
@@ -1170,10 +1196,9 @@ class LossTrendDetector(_Trend):
             last = line.start
             if line.covered:
                 continue
-            progress = reader.read_part(chunk, line, k, part.text)
-            if progress is not None and _loss_of(progress) is not None:
-                lines.append((_pos(line.start, k),
-                              record_of(line.start, k, part.rank, progress, False), line, part))
+            rec = reader.record_part(chunk, line, k, part.text, part.rank)
+            if rec is not None and _record_loss(rec) is not None:
+                lines.append((_pos(line.start, k), rec, line, part))
         fresh = _Fresh.of(reader.bulk_of(chunk), floor)
         self._counted(chunk, max(last, fresh.last_line))
         reader.chunk_done(chunk)
@@ -1327,6 +1352,14 @@ def _start_of_item(item: tuple[int, ProgressRecord, ChunkLine, Part]) -> int:
 
 def _start_of_line_item(item: tuple[ProgressRecord, ChunkLine, Part]) -> int:
     return item[1].start
+
+
+def _record_loss(rec: ProgressRecord) -> float | None:
+    """``_loss_of`` for a record."""
+    loss = rec[R_LOSS]
+    if rec[R_FLAGS] & (F_EVAL | F_OVERFLOW) or loss is None or not math.isfinite(loss):
+        return None
+    return loss
 
 
 def _loss_of(progress: Progress | None) -> float | None:
@@ -1707,10 +1740,9 @@ class StallDetector(_Base):
             if ("rain" in text or "reached" in text or "RAIN" in text) and _END_RE.search(text):
                 ends.append(_pos(line.start, k))
                 continue
-            progress = reader.read_part(chunk, line, k, text)
-            if progress is not None:
-                lines.append((_pos(line.start, k), record_of(line.start, k, part.rank, progress,
-                                                             False), line, part))
+            rec = reader.record_part(chunk, line, k, text, part.rank)
+            if rec is not None:
+                lines.append((_pos(line.start, k), rec, line, part))
         fresh = _Fresh.of(reader.bulk_of(chunk), floor)
         self._counted(chunk, max(last, fresh.last_line))
         reader.chunk_done(chunk)
@@ -1900,7 +1932,9 @@ class _Sums:
             a, b = 0, len(idx)
         else:
             if self._pos is None:
-                self._pos = [_pos(*shape.key(i)) for i in idx]
+                starts, parts = shape.starts, shape.parts
+                self._pos = ([starts[i] << _PART_BITS for i in idx] if parts is None else
+                             [(starts[i] << _PART_BITS) | parts[i] for i in idx])
             a = bisect_right(self._pos, lo)
             b = bisect_left(self._pos, hi)
         if a >= b:
@@ -2026,12 +2060,10 @@ class BadNumbersDetector(_Base):
             last = line.start
             if line.covered:
                 continue
-            progress = reader.read_part(chunk, line, k, part.text)
-            if progress is None or progress.eval:
+            rec = reader.record_part(chunk, line, k, part.text, part.rank)
+            if rec is None or rec[R_FLAGS] & F_EVAL:
                 continue
-            lines.append((_pos(line.start, k),
-                          record_of(line.start, k, part.rank, progress, _skipped(part.text)),
-                          line, part))
+            lines.append((_pos(line.start, k), rec, line, part))
         fresh = _Fresh.of(reader.bulk_of(chunk), floor)
         self._counted(chunk, max(last, fresh.last_line))
         reader.chunk_done(chunk)
