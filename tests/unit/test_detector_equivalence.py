@@ -132,7 +132,8 @@ class TestChunkEqualsLine:
             if step % 50 == 0:
                 rows.append(f"2024-06-02 10:{step // 60:02d}:{step % 60:02d} INFO iter {step}: "
                             f"loss {loss}, time {ms:.0f}ms")
-        rows.append("Training completed. Do not forget to share your model")
+        # the end line, its word cut by a colour code (only the text once cleaned says it)
+        rows.append("\x1b[1mTrain\x1b[0ming completed at step 399, loss 1.6")
         data = ("\n".join(rows) + "\n").encode()
 
         line_found, line_state = _run(engine, "line", [("s.log", data)], seed=3)
@@ -142,6 +143,7 @@ class TestChunkEqualsLine:
         assert line_state == chunk_state
         kinds = {json.loads(d)["signature"] for d in chunk_found}
         assert {"training_nonfinite", "step_time_regression"} <= kinds
+        assert "training_stalled" not in kinds  # the run said it ended
 
 
     def test_loss_divergence_and_loss_scale_collapse_scenario(self, engine: Engine) -> None:

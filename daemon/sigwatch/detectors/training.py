@@ -1437,6 +1437,16 @@ _STALL_REMEDIATION = Remediation(
 )
 
 
+def _plain_ascii(chunk: Chunk, line: ChunkLine) -> bool:
+    """The line's bytes are ASCII without ESC or NUL: its text is a part of them as they are."""
+    key = ("plain", line.start)
+    found = chunk.cache.get(key)
+    if found is None:
+        raw = chunk.data[line.start:line.end]
+        found = chunk.cache[key] = raw.isascii() and b"\x1b" not in raw and b"\x00" not in raw
+    return bool(found)
+
+
 class _Records:
     """Every progress record of a chunk a detector counts: the prepass's (by shape) and the
     per-line ones, placed by ``_pos``; what the stall detector asks of them in order."""
@@ -1729,7 +1739,8 @@ class StallDetector(_Base):
         lines: list[tuple[int, ProgressRecord, ChunkLine, Part]] = []
         ends: list[int] = []
         last = -1
-        confirm = (chunk.mask((_END_GATE,)), _END_INTEREST_RE)
+        gate_bit = chunk.mask((_END_GATE,))
+        confirm = (gate_bit, _END_INTEREST_RE)
         for line, k, part in _delivered(chunk, mask, confirm):
             if floor is not None and line.start <= floor:
                 continue
@@ -1737,7 +1748,12 @@ class StallDetector(_Base):
             if line.covered:
                 continue  # a prepass line: progress, never an end-of-training line
             text = part.text
-            if ("rain" in text or "reached" in text or "RAIN" in text) and _END_RE.search(text):
+            # Every end-of-training wording holds a literal of the gate: a line the gate did
+            # not select is no end line, unless removing ANSI codes or NULs joined one, or
+            # Unicode case folding (the str regex) finds one the bytes gate cannot.
+            if (line.interests & gate_bit or not _plain_ascii(chunk, line)) and (
+                    "rain" in text or "reached" in text or "RAIN" in text) and \
+                    _END_RE.search(text):
                 ends.append(_pos(line.start, k))
                 continue
             rec = reader.record_part(chunk, line, k, text, part.rank)
