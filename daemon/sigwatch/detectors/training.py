@@ -1,6 +1,7 @@
-"""Detectors on training progress: step-time regressions (incident 004), stalls, bad numbers.
+"""Detectors on training progress: step-time regressions (incident 004), stalls, bad numbers,
+a diverging loss.
 
-All three read progress lines through one shared ``ProgressReader`` (each line is parsed once
+All read progress lines through one shared ``ProgressReader`` (each line is parsed once
 whatever the number of detectors) and keep per-series state keyed by the stream's stable key,
 the rank and the extractor, so ``snapshot``/``restore`` carries it across a restart:
 
@@ -11,24 +12,31 @@ the rank and the extractor, so ``snapshot``/``restore`` carries it across a rest
   never completes a run, and the baseline is frozen while hot. After ``rebaseline`` hot samples
   the new level is accepted as normal (no second alert). On a stream that showed MI300 / gfx942
   / MIOpen / ROCm 6.3.0 evidence the detection names incident 004 and carries its fix.
+- ``LossTrendDetector``: the same rule on the loss with ``ratio`` 2: a loss that doubled and
+  stayed makes one ``training_loss_diverged`` warning (a spike, noise or another run printing
+  into the stream do not).
 - ``StallDetector``: progress stopped for ``factor`` times the usual interval and at least
   ``floor`` seconds -> a line-less ``training_stalled`` (from ``tick``); when progress resumes,
   a second ``training_stalled`` detection with status ``resolved``. A stream closed cleanly or
   a run that printed its end-of-training line is not a stall.
 - ``BadNumbersDetector``: NaN/Inf loss (or grad norm outside an fp16 overflow) on ``consecutive``
   progress lines in a row -> one ``training_nonfinite`` error; a dynamic loss scale that falls
-  to its minimum -> one ``training_loss_scale_minimum`` error. The fp16 loss-scale search at
-  the start of training (overflow lines, scale halving from 2^32 or 2^16) raises nothing.
+  to its minimum -> one ``training_loss_scale_minimum`` error; the scale halved ``halvings``
+  times in a row once the run is under way -> one ``training_loss_scale_collapse`` warning. The
+  fp16 loss-scale search at the start of training (overflow lines, scale halving from 2^32 or
+  2^16) raises nothing.
 
 Restart rule shared by all: after ``restore``, lines of a stream at or below the offset the
 snapshot had reached are not counted again (the runtime may re-read or replay them).
 
-All three work per chunk (``on_chunk``): the runtime's one interest pass selects the chunk's
-progress lines, the shared reader parses each once (cached on the chunk), and each detector
-walks the parsed records with no line or event objects. The stall detector reads a line's own
-timestamp only for the records whose intervals it keeps (the last ones of the chunk), and all
-lines of one chunk arrive at one monotonic instant. ``on_line`` remains for drivers that feed
-lines one by one; both give the same detections (tests/unit/test_detector_equivalence.py).
+All work per chunk (``on_chunk``). The reader is also their prepass: it reads the chunk's
+Megatron, Hugging Face and tqdm lines at once (``BulkProgress``), and the detectors take those
+records as columns, per series, in blocks (``_Trend._update_many``, the bad numbers' sums
+between events); the other lines the one interest pass selects are parsed one by one (cached on
+the chunk). The stall detector reads a line's own timestamp only for the records whose gaps it
+keeps, and all lines of one chunk arrive at one monotonic instant. ``on_line`` remains for
+drivers that feed lines one by one; both give the same detections
+(tests/unit/test_detector_equivalence.py).
 """
 
 from __future__ import annotations
@@ -426,14 +434,6 @@ def _log_line(chunk: Chunk, start: int, part: int) -> LogLine:
     return LogLine(chunk.stream.info, line.offset, line.lineno, p.text, p.rank)
 
 
-def _line_maker(info: StreamInfo, line: ChunkLine, part: Part) -> Callable[[], LogLine]:
-    return lambda: LogLine(info, line.offset, line.lineno, part.text, part.rank)
-
-
-def _series_key(info: StreamInfo, line: LogLine, kind: str) -> str:
-    return f"{info.key}\x1f{line.rank or '-'}\x1f{kind}"
-
-
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
@@ -586,10 +586,6 @@ class _Evidence:
 
 def _made(make: Callable[[], LogLine], rec: ProgressRecord) -> tuple[LogLine, Progress]:
     return make(), progress_of(rec)
-
-
-def _step_in_run(run: list[tuple[int, Shape, int]], j: int) -> int | None:
-    return run[j][1].steps[run[j][2]]
 
 
 def _tally(counts: dict[str, list[Any]], kind: str, n: int, step_time: float | None,
