@@ -670,9 +670,11 @@ def print_targets(runs: list[Run], ratios: dict[str, float], daemon: dict[str, d
                  f"{swfull.rss_mb:.0f} MB)", "<= 1.3"))
     rows.append(("scan with detectors / without, wall", f"{swdet.wall / swfull.wall:.2f}",
                  "<= 1.3"))
-    rows.append(("full library / 40 signatures, wall, start-up included",
-                 f"{swfull.wall / sw40.wall:.2f} (peak RSS {swfull.rss_mb:.0f} / "
+    rows.append(("full library / 40 signatures, CPU, start-up included",
+                 f"{swfull.cpu / sw40.cpu:.2f} (peak RSS {swfull.rss_mb:.0f} / "
                  f"{sw40.rss_mb:.0f} MB)", "<= 1.5"))
+    rows.append(("full library / 40 signatures, wall, start-up included",
+                 f"{swfull.wall / sw40.wall:.2f}", "<= 1.5"))
     if mt is not None:
         rows.append(("40 signatures / mtail, default install",
                      f"{sw40.lines_s / mt.lines_s:.1f} (peak RSS mtail {mt.rss_mb:.0f} MB)",
