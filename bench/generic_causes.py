@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Keep the generic detections' ``[collateral] caused_by`` lists complete.
 
-Generic signatures (a traceback, a launcher's exit summary, a signal, a glog E/F line, a kernel
-``*ERROR*`` line) fire on failures whatever their cause. When a specific signature detected the
+Generic signatures (a launcher's exit summary, a kernel ``*ERROR*`` line, a vendor's error-name
+family) fire on failures whatever their cause. (Tracebacks, signals and glog E/F lines are read by
+the generic layer, ``daemon/sigwatch/detectors/generic``, which the root-cause correlator ranks
+below every signature without a list.) When a specific signature detected the
 same incident on the same stream, it must become their root cause, so every generic signature
 names every specific one (warning and above) in ``caused_by``. This script rewrites those
 lists; ``tests/patterns/test_generic_detections.py`` fails when they are stale.
@@ -32,14 +34,10 @@ GENERIC = frozenset({
     "level_zero_error_name",
     "xla_runtime_error_status",
     "deepspeed_launcher_subprocess_failed",
-    "glog_error_line",
-    "glog_fatal_line",
     "horovod_shut_down",
     "kernel_gpu_driver_error_line",
     "mpi_process_exited_on_signal",
     "mpich_bad_termination",
-    "process_killed_by_signal",
-    "python_uncaught_exception",
     "slurm_job_cancelled",
     "srun_task_failed",
     "torchelastic_root_cause_summary",

@@ -10,12 +10,14 @@ when it was added, before any signature was written or changed for it: the blind
 library it was judged by (both written by ``--stamp``); batches sort by name, so "the last N"
 blind failures are the newest batches' (excerpts stamped before batches existed count as the
 oldest).
-An excerpt that expects an alarm is caught when the real engine makes a detection at warning or
+An excerpt that expects an alarm is caught when the real engine, run as ``sigwatch scan`` runs it
+(signatures and every detector, the generic layer included), makes a detection at warning or
 above (one of ``signatures`` when the file names any). A quiet excerpt must make none.
 
     ./dev.sh recall            # table per class and overall; exit 1 below EXPECTED.toml or on
                                # any false alarm
     ./dev.sh recall --misses   # also print what each missed or false-alarming excerpt produced
+    ./dev.sh recall --generic-only  # the generic layer alone: no signature, no other detector
     ./dev.sh recall --stamp --batch b1-2026-11-25 tests/corpus/real/x/new.toml ...
                                # record at_collection (and the batch and the library's commit)
                                # in NEW excerpts, before touching patterns/
@@ -26,6 +28,7 @@ The floor is ``tests/corpus/real/EXPECTED.toml``; docs/signatures.md cites it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tomllib
 from collections import defaultdict
@@ -36,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "daemon"))
 
-from sigwatch.app import build_pipeline  # noqa: E402
+from sigwatch.app import build_detectors, build_generic, build_pipeline  # noqa: E402
 from sigwatch.clock import FakeClock  # noqa: E402
 from sigwatch.model import Detection, Severity, StreamInfo  # noqa: E402
 from sigwatch.patterns.compiled import PatternSet  # noqa: E402
@@ -55,6 +58,7 @@ __all__ = [
     "build_engine",
     "detect",
     "evaluate",
+    "evaluate_generic_only",
     "load_corpus",
     "load_corpus_files",
     "load_expected",
@@ -208,7 +212,8 @@ def detect(engine: Engine, text: str, name: str) -> list[Detection]:
     The one place that calls the runtime: swap this body when its API changes.
     """
     sink = CollectingSink()
-    pipeline = build_pipeline(engine, [sink], clock=FakeClock())
+    clock = FakeClock()
+    pipeline = build_pipeline(engine, [sink], clock=clock, detectors=build_detectors(clock=clock))
     scan_bytes(pipeline, StreamInfo("recall", name, name), text.encode("utf-8"))
     return list(sink.detections)
 
@@ -221,6 +226,22 @@ def judge(excerpt: Excerpt, detections: Sequence[Detection]) -> bool:
     if excerpt.signatures:
         return any(d.signature in excerpt.signatures for d in loud)
     return bool(loud)
+
+
+def evaluate_generic_only(excerpts: Sequence[Excerpt]) -> Report:
+    """Every excerpt through the generic layer alone (an empty library, no other detector)."""
+    engine = Engine(PatternSet(()))
+    report = Report()
+    for ex in excerpts:
+        sink = CollectingSink()
+        clock = FakeClock()
+        pipeline = build_pipeline(engine, [sink], clock=clock,
+                                  detectors=[build_generic(clock=clock)])
+        scan_bytes(pipeline, StreamInfo("recall", ex.name, ex.name), ex.text.encode("utf-8"))
+        found = tuple(sink.detections)
+        plain = dataclasses.replace(ex, signatures=())  # any loud detection counts here
+        report.outcomes.append(Outcome(ex, found, judge(plain, found)))
+    return report
 
 
 def evaluate(engine: Engine, excerpts: Sequence[Excerpt]) -> Report:
@@ -374,7 +395,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", default="",
                         help="With --stamp: the batch name to record (sorts in collection "
                              "order, e.g. b1-2026-11-25).")
+    parser.add_argument("--generic-only", action="store_true",
+                        help="Measure the generic layer on its own: no signature, no other "
+                             "detector (what it catches of wordings no signature was written "
+                             "for). Reports; never fails on the floor.")
     args = parser.parse_args(argv)
+    if args.generic_only:
+        report = evaluate_generic_only(load_corpus(args.corpus))
+        print(render(report, misses=args.misses).split("\nat collection")[0])
+        return 1 if report.false_alarms else 0
     if args.stamp:
         if args.batch and not all(ch.isalnum() or ch in "-_." for ch in args.batch):
             parser.error("--batch: letters, digits, '-', '_' and '.' only")

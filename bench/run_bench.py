@@ -19,7 +19,8 @@ from ``wait4()`` of that process.
 Daemon as shipped (``sigwatch run``, the full library, every detector; ``--skip-catchup``
 skips it): catch-up of the corpus as a backlog (MB/s per core, peak RSS) and CPU while the log
 grows at 1 MB/s. Scan of the full library with the detectors (``scan``'s default) and with
-``--no-detectors``, and their ratio.
+``--no-detectors``, and their ratio; and with the detectors but ``--no-generic`` (the generic
+layer off), and that ratio.
 
 Daemon (``sigwatch run``, 40 signatures, pure-Python prefilter):
 - latency: append a failure line to a watched file, time until it is in the event log and
@@ -696,6 +697,38 @@ def print_health(figures: dict) -> None:
         print(f"    {name:46s} {json.dumps(fig)}", flush=True)
 
 
+def generic_cost(work: Path, library, size_mb: int, repeat: int) -> int:
+    """``scan`` with the generic layer on and off (``--no-generic``), alternated: the same
+    library, the same other detectors, the same corpus; best wall time of each, its CPU."""
+    corpus = work / "train.log"
+    size = size_mb << 20
+    if not corpus.exists() or abs(corpus.stat().st_size - size) > (2 << 20):
+        print(f"generating {size_mb} MB corpus ...", flush=True)
+        generate(corpus, size, library.signatures)
+    data_size = corpus.stat().st_size
+    with corpus.open("rb") as fh:
+        lines = sum(block.count(b"\n") for block in iter(lambda: fh.read(1 << 24), b""))
+    os.environ.setdefault("SIGWATCH_CACHE_DIR", str(work / "cache"))
+    scan = [PY, "-m", "sigwatch", "scan", "--format", "json", str(corpus)]
+    runs: dict[str, Run] = {}
+    for _ in range(repeat):  # alternated, so both see the same load on a shared machine
+        for name, extra in (("generic layer on", []), ("--no-generic", ["--no-generic"])):
+            out = work / f"generic_{extra[0][2:] if extra else 'on'}.jsonl"
+            r = best_of(name, [*scan, *extra], 1, lines, data_size,
+                        env=sigwatch_env("python"), out=out)
+            r.extra["detections"] = sum(1 for _ in out.open("rb"))
+            if name not in runs or r.wall < runs[name].wall:
+                runs[name] = r
+    print(f"corpus {corpus}: {data_size / 1e6:.1f} MB, {lines} lines; full library "
+          f"({len(library.signatures)} signatures), every other detector")
+    for r in runs.values():
+        print(f"  {r.name:18s} {r.mb_s:6.2f} MB/s  {r.lines_s:9,.0f} lines/s  CPU {r.cpu:6.2f} s"
+              f"  wall {r.wall:6.2f} s  detections {r.extra['detections']}")
+    on, off = runs["generic layer on"], runs["--no-generic"]
+    print(f"  generic on / off: wall {on.wall / off.wall:.3f}, CPU {on.cpu / off.cpu:.3f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size-mb", type=int, default=128)
@@ -715,6 +748,9 @@ def main() -> int:
     ap.add_argument("--skip-catchup", action="store_true",
                     help="skip the shipped daemon's catch-up and steady 1 MB/s figures")
     ap.add_argument("--skip-400", action="store_true", help="skip the 400-signature runs")
+    ap.add_argument("--only-generic", action="store_true",
+                    help="only scan with the generic layer on and --no-generic (full library, "
+                         "every other detector), alternated --repeat times")
     ap.add_argument("--only-idle", action="store_true",
                     help="only the idle-CPU measurements (10,000 files; 20,000 folders)")
     args = ap.parse_args()
@@ -738,6 +774,8 @@ def main() -> int:
     library, errors = load_patterns([builtin_pattern_dir()])
     if errors:
         raise SystemExit(f"library does not load: {errors[0]}")
+    if args.only_generic:
+        return generic_cost(work, library, args.size_mb, args.repeat)
     p40, p400, sig40 = write_sets(library, work)
     corpus = work / "train.log"
     size = args.size_mb << 20
@@ -783,6 +821,9 @@ def main() -> int:
                 ("--no-detectors",))
     swdet = sw(f"sigwatch full library ({nfull} sigs) + detectors (scan's default)", full,
                "python")
+    # The generic layer (issue 20) on and off, same library, same corpus, same run.
+    swnogen = sw(f"sigwatch full library ({nfull} sigs) + detectors, --no-generic", full,
+                 "python", ("--no-generic",))
     hs40 = hs400 = None
     if hyperscan_importable():
         hs40 = sw("sigwatch 40 sigs + hyperscan", p40, "hyperscan", ("--no-detectors",))
@@ -868,6 +909,8 @@ def main() -> int:
     ratios: dict[str, float] = {}
     ratios["scan with detectors / without, wall (target <= 1.3)"] = swdet.wall / swfull.wall
     ratios["scan with detectors / without, CPU (target <= 1.3)"] = swdet.cpu / swfull.cpu
+    ratios["scan with the generic layer / --no-generic, wall"] = swdet.wall / swnogen.wall
+    ratios["scan with the generic layer / --no-generic, CPU"] = swdet.cpu / swnogen.cpu
     ratios["full library / 40 sigs, wall, start-up included (target <= 1.5)"] = (
         swfull.wall / sw40.wall)
     ratios["full library / 40 sigs, CPU, start-up included (target <= 1.5)"] = (

@@ -10,6 +10,7 @@ reloads the patterns (a broken set keeps the old one).
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import signal
@@ -27,6 +28,9 @@ from sigwatch import __version__
 from sigwatch.clock import Clock, SystemClock
 from sigwatch.detectors.base import Detector
 from sigwatch.detectors.burst import BurstDetector
+from sigwatch.detectors.folding import Folder
+from sigwatch.detectors.generic import CodeTable, GenericDetector
+from sigwatch.detectors.jobs import JobBook
 from sigwatch.detectors.progress import Extractor
 from sigwatch.detectors.templates import NovelErrorDetector
 from sigwatch.detectors.training import (
@@ -37,7 +41,7 @@ from sigwatch.detectors.training import (
     StepTimeDetector,
 )
 from sigwatch.errors import PatternError, SigwatchError
-from sigwatch.model import Detection, Severity
+from sigwatch.model import Detection, Severity, StreamInfo
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
 from sigwatch.pipeline import Engine, Pipeline
@@ -55,23 +59,16 @@ if TYPE_CHECKING:
     from sigwatch.sinks.eventlog import EventLogSink
     from sigwatch.sinks.queued import QueuedSink
     from sigwatch.sources.base import Source
+    from sigwatch.sources.identity import JobIdentity
     from sigwatch.sources.watching import InotifyHints
     from sigwatch.telemetry.metrics import SelfMetrics
     from sigwatch.web.server import WebServer
     from sigwatch.web.status import Liveness
     from sigwatch.web.store import DetectionStore
 
-__all__ = [
-    "Daemon",
-    "build_daemon",
-    "build_faults",
-    "build_pipeline",
-    "build_runtime",
-    "policy_problems",
-    "run_daemon",
-    "sd_notify",
-    "tune_gc",
-]
+__all__ = ["Daemon", "build_daemon", "build_faults", "build_generic", "build_pipeline",
+           "build_runtime",
+           "policy_problems", "run_daemon", "sd_notify", "tune_gc"]
 
 # Seconds between full polls of every file while inotify hints are live.
 INOTIFY_SAFETY_POLL = 3.0
@@ -121,8 +118,11 @@ def build_pipeline(patterns: PatternSet | Engine, sinks: Sequence[Sink], *, cloc
                    metrics: SelfMetrics | None = None, host: str = "",
                    detectors: Sequence[Detector] = (),
                    regex_timeout: float | None = None,
-                   content: Mapping[str, str] | None = None) -> Pipeline:
-    """The processing core every entry point uses: engine, detectors, root cause, sinks."""
+                   content: Mapping[str, str] | None = None,
+                   identify: Callable[[StreamInfo], JobIdentity | None] | None = None,
+                   jobs: JobBook | None = None, folder: Folder | None = None) -> Pipeline:
+    """The processing core every entry point uses: engine, detectors, root cause, sinks
+    (and, for the daemon and ``exec``, job identity, the job book and incident folding)."""
     if isinstance(patterns, Engine):
         engine = patterns
     else:
@@ -130,27 +130,40 @@ def build_pipeline(patterns: PatternSet | Engine, sinks: Sequence[Sink], *, cloc
                       if metrics is not None else None)
         engine = Engine(patterns, regex_timeout=regex_timeout or 0.05, on_timeout=on_timeout)
     return Pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
-                    detectors=detectors, content=content)
+                    detectors=detectors, content=content, identify=identify, jobs=jobs,
+                    folder=folder)
 
 
 def build_detectors(settings: DetectorSettings | None = None, *, clock: Clock, host: str = "",
-                    metrics: SelfMetrics | None = None) -> list[Detector]:
+                    metrics: SelfMetrics | None = None,
+                    jobs: JobBook | None = None, generic: bool = True) -> list[Detector]:
     """The detectors beyond signatures, sharing one progress reader and one template miner.
 
     ``settings`` None: every detector with its defaults (what ``scan`` runs), without loading
-    the config models.
+    the config models; ``generic`` False leaves the generic layer out (``scan --no-generic``).
+    ``jobs``: the rank facts detector fills this book too.
     """
+    from sigwatch.detectors.ranks import RankFactsDetector
+
     if settings is None:
         reader = ProgressReader()
         novel = NovelErrorDetector(clock, host=host, metrics=metrics)
-        return [novel,
-                StepTimeDetector(clock, reader=reader, host=host, metrics=metrics),
-                StallDetector(clock, reader=reader, host=host, metrics=metrics),
-                BadNumbersDetector(clock, reader=reader, host=host, metrics=metrics),
-                LossTrendDetector(clock, reader=reader, host=host, metrics=metrics),
-                BurstDetector(clock, miner=novel.miner, host=host)]
+        found: list[Detector] = [
+            novel,
+            StepTimeDetector(clock, reader=reader, host=host, metrics=metrics),
+            StallDetector(clock, reader=reader, host=host, metrics=metrics),
+            BadNumbersDetector(clock, reader=reader, host=host, metrics=metrics),
+            LossTrendDetector(clock, reader=reader, host=host, metrics=metrics),
+            BurstDetector(clock, miner=novel.miner, host=host)]
+        if jobs is not None:
+            found.append(RankFactsDetector(clock, book=jobs, reader=reader))
+        if generic:
+            found.append(build_generic(clock=clock, host=host))
+        return found
     reader = ProgressReader([Extractor.user(e.name, e.regex) for e in settings.extractors])
     out: list[Detector] = []
+    if jobs is not None:
+        out.append(RankFactsDetector(clock, book=jobs, reader=reader))
     novel = NovelErrorDetector(
         clock, learn_lines=settings.novel_error.learn_lines,
         learn_seconds=settings.novel_error.learn_hours * 3600.0,
@@ -177,7 +190,26 @@ def build_detectors(settings: DetectorSettings | None = None, *, clock: Clock, h
                                  window=settings.burst.window_seconds,
                                  factor=settings.burst.factor,
                                  min_count=settings.burst.min_count, host=host))
+    if settings.generic.enabled:
+        out.append(build_generic(clock=clock, host=host,
+                                 hold_seconds=settings.generic.hold_seconds))
     return out
+
+
+def build_generic(*, clock: Clock, host: str = "", enums: Path | None = None,
+                  hold_seconds: float = 30.0) -> GenericDetector:
+    """The generic layer, with the vendor error tables of ``enums`` (default: the library's
+    ``_enums`` folder) compiled once."""
+    folder = enums if enums is not None else builtin_pattern_dir() / "_enums"
+    codes = _vendor_codes(str(folder))
+    return GenericDetector(clock, codes=codes, host=host, hold_seconds=hold_seconds)
+
+
+@functools.lru_cache(maxsize=4)
+def _vendor_codes(folder: str) -> CodeTable:
+    """The vendor tables of ``folder``, read once per process (they ship with the library)."""
+    path = Path(folder)
+    return CodeTable.load(path) if path.is_dir() else CodeTable()
 
 
 def build_runtime(*, sources: Sequence[Source], pipeline: Pipeline, clock: Clock,
@@ -353,7 +385,7 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     from sigwatch.sinks.queued import QueuedSink
     from sigwatch.sources.files import TailOptions
     from sigwatch.sources.watching import InotifyHints
-    from sigwatch.telemetry.metrics import SelfMetrics
+    from sigwatch.telemetry.metrics import JobCollector, SelfMetrics
     from sigwatch.web.status import Liveness
     from sigwatch.web.store import DetectionStore, StatusPageSink
 
@@ -416,7 +448,15 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
     queued.append(QueuedSink(faults, clock=clock, on_error=failed, on_drop=dropped))
     sinks.extend(queued)
     metrics.declare_sinks(s.name for s in sinks)
-    detectors = build_detectors(config.detectors, clock=clock, host=host, metrics=metrics)
+    jobs = JobBook(idle=config.jobs.idle_seconds,
+                   on_refused=lambda what: metrics.job_series_refused.labels(what).inc())
+    registry.register(JobCollector(host, jobs.rows))
+    folder = (Folder(quiet=config.incidents.quiet_seconds,
+                     update=config.incidents.update_seconds,
+                     max_update=config.incidents.max_update_seconds)
+              if config.incidents.fold else None)
+    detectors = build_detectors(config.detectors, clock=clock, host=host, metrics=metrics,
+                                jobs=jobs)
     wake = threading.Event()
     def watch_state(folders: int, watched: int, polled: int) -> None:
         metrics.watched_directories.set(folders)
@@ -435,7 +475,8 @@ def build_daemon(config: Config, *, clock: Clock | None = None,
                            exclude_paths=(str(config.events),) if config.events else (),
                            heartbeat=lambda: sd_notify("WATCHDOG=1"))
     pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
-                              detectors=detectors, content=inputs.content)
+                              detectors=detectors, content=inputs.content,
+                              identify=inputs.identify, jobs=jobs, folder=folder)
     runtime = build_runtime(sources=inputs.sources, pipeline=pipeline, clock=clock,
                             state_dir=config.state_dir, eventlog=eventlog, metrics=metrics,
                             checkpoint_interval=config.checkpoint_interval,

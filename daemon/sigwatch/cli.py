@@ -125,6 +125,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="Do not print detections on stderr.")
     ex.add_argument("--source", default="exec", metavar="NAME",
                     help="The source label of this command's output (default: exec).")
+    ex.add_argument("--node", metavar="NAME",
+                    help="The node label of detections and job gauges (default: the host "
+                         "name). The job and rank come from the launcher's environment "
+                         "(SLURM_JOB_ID, RANK, ...; see docs/fleet.md).")
     ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...",
                     help="The command and its arguments.")
 
@@ -140,6 +144,10 @@ def _parser() -> argparse.ArgumentParser:
                            "which run by default as in the daemon.")
     scan.add_argument("--detectors", dest="detectors", action="store_true",
                       help="DEPRECATED: the detectors run by default; kept as a no-op.")
+    scan.add_argument("--no-generic", dest="generic", action="store_false",
+                      help="Leave out the generic layer (tracebacks, native crashes, error "
+                           "records and failed checks caught by their shape), which runs by "
+                           "default with the other detectors.")
     scan.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                       help="Colour the text output (auto: on a terminal, unless NO_COLOR).")
     scan.add_argument("--min-severity", choices=["info", "warning", "error", "critical"],
@@ -300,7 +308,7 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
     if args.detectors:
         from sigwatch.app import build_detectors
 
-        detectors = build_detectors(clock=clock)
+        detectors = build_detectors(clock=clock, generic=args.generic)
     pipeline = build_pipeline(patterns, [sink], clock=clock, detectors=detectors)
     tune_gc()
     floor = Severity.parse(args.min_severity)
@@ -456,8 +464,17 @@ def _exec(args: argparse.Namespace) -> int:
         except ListenAddressError as exc:
             raise SigwatchError(str(exc)) from None
     configure_logging(level="warning")
+    node = ""
+    if args.node:
+        from sigwatch.config import expand_env_reference
+
+        try:
+            node = expand_env_reference(args.node)
+        except ValueError as exc:
+            raise SigwatchError(f"exec: --node: {exc}") from None
     options = ExecOptions(patterns=tuple(args.patterns or ()), events=args.events,
-                          listen=args.listen, console=not args.no_console, source=args.source)
+                          listen=args.listen, console=not args.no_console, source=args.source,
+                          node=node)
     return run_exec(command, options)
 
 

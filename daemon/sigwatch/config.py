@@ -20,12 +20,13 @@ from pydantic import (
 from sigwatch.detectors.progress import Extractor
 from sigwatch.errors import ConfigError, field_path
 from sigwatch.faults.settings import PolicySettings, SlurmSettings
+from sigwatch.sources.identity import PathLabels, PathLabelsError
 from sigwatch.statedir import default_state_dir
 from sigwatch.web.server import ListenAddressError, parse_listen
 from sigwatch.web.settings import WebSettings
 
-__all__ = ["DEFAULT_LISTEN", "DEFAULT_WATCH", "Config", "SourceConfig", "default_state_dir",
-           "expand_env_reference", "load_config"]
+__all__ = ["DEFAULT_LISTEN", "DEFAULT_WATCH", "Config", "IncidentSettings", "JobSettings",
+           "SourceConfig", "default_state_dir", "expand_env_reference", "load_config"]
 
 DEFAULT_WATCH = "/var/log/training/**/*.log"
 DEFAULT_LISTEN = "127.0.0.1:9750"
@@ -81,6 +82,19 @@ class SourceConfig(_Strict):
     format: Literal["auto", "cri", "docker", "plain"] | None = None
     content: Literal["job", "kernel", "mixed"] | None = None
     lookback_seconds: float | None = Field(default=None, ge=0)
+    # A regex with the named group ``job`` (and optionally ``rank``, ``namespace``, ``pod``)
+    # searched in each stream's path: the job and rank of its detections.
+    labels_from_path: str | None = None
+
+    @field_validator("labels_from_path")
+    @classmethod
+    def _path_labels(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                PathLabels(value)
+            except PathLabelsError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @model_validator(mode="after")
     def _fits_kind(self) -> SourceConfig:
@@ -99,7 +113,14 @@ class SourceConfig(_Strict):
         if self.format is not None and self.kind != "files":
             msg = "format applies to files sources only"
             raise ValueError(msg)
+        if self.labels_from_path is not None and self.kind not in ("files", "pipe"):
+            msg = "labels_from_path applies to files and pipe sources only"
+            raise ValueError(msg)
         return self
+
+    def path_labels(self) -> PathLabels | None:
+        """``labels_from_path`` compiled (validated at load, so it compiles)."""
+        return PathLabels(self.labels_from_path) if self.labels_from_path else None
 
 
 class NovelErrorSettings(_Strict):
@@ -145,6 +166,13 @@ class BurstSettings(_Strict):
     min_count: int = Field(default=20, ge=1)
 
 
+class GenericSettings(_Strict):
+    """The generic layer: tracebacks, native crashes, error records, failed checks."""
+
+    enabled: bool = True
+    hold_seconds: float = Field(default=30.0, gt=0, le=3600)
+
+
 class ExtractorConfig(_Strict):
     """A user progress extractor: a regex with named groups (step, time, loss, ...)."""
 
@@ -169,6 +197,7 @@ class DetectorSettings(_Strict):
     stall: StallSettings = Field(default_factory=StallSettings)
     bad_numbers: BadNumbersSettings = Field(default_factory=BadNumbersSettings)
     burst: BurstSettings = Field(default_factory=BurstSettings)
+    generic: GenericSettings = Field(default_factory=GenericSettings)
     extractors: list[ExtractorConfig] = Field(default_factory=list)
 
 
@@ -194,6 +223,33 @@ class AlertingSettings(_Strict):
         if bad:
             raise ValueError(f"not an http(s) URL: {', '.join(bad)}")
         return value
+
+
+class JobSettings(_Strict):
+    """``[jobs]``: when a job stops being active (its gauges are then dropped)."""
+
+    idle_seconds: float = Field(default=3600.0, gt=0, le=7 * 86400)
+
+
+class IncidentSettings(_Strict):
+    """``[incidents]``: repeats of a signature fold into one open incident with a count.
+
+    An incident stays open while repeats come less than ``quiet_seconds`` apart; the
+    console, status page and pager see its count grow at most every ``update_seconds`` (the
+    interval grows with the incident's age, up to ``max_update_seconds``).
+    """
+
+    fold: bool = True
+    quiet_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    update_seconds: float = Field(default=10.0, gt=0, le=3600)
+    max_update_seconds: float = Field(default=60.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> IncidentSettings:
+        if self.max_update_seconds < self.update_seconds:
+            msg = "max_update_seconds must be at least update_seconds"
+            raise ValueError(msg)
+        return self
 
 
 def _default_sources() -> list[SourceConfig]:
@@ -228,6 +284,8 @@ class Config(_Strict):
     alerting: AlertingSettings = Field(default_factory=AlertingSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     slurm: SlurmSettings | None = None  # drain and resume this node in Slurm
+    jobs: JobSettings = Field(default_factory=JobSettings)
+    incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     # "": the host name; "${NODE_NAME}" (or $NODE_NAME, ${NODE_NAME:-default}): from the
     # environment, as a Kubernetes DaemonSet sets it from spec.nodeName.
     node: str = Field(default="", pattern=r"^[A-Za-z0-9_.:-]{0,253}$")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import fcntl
 import os
@@ -33,7 +34,7 @@ import subprocess
 import termios
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -45,6 +46,9 @@ from prometheus_client import CollectorRegistry
 from sigwatch import __version__
 from sigwatch.app import build_pipeline, build_runtime
 from sigwatch.clock import Clock, SystemClock
+from sigwatch.detectors.base import Detector
+from sigwatch.detectors.folding import Folder
+from sigwatch.detectors.jobs import JobBook
 from sigwatch.errors import SigwatchError
 from sigwatch.model import Detection, Remediation, RootCause, Severity
 from sigwatch.pipeline import Engine
@@ -53,8 +57,9 @@ from sigwatch.sinks.base import Sink
 from sigwatch.sinks.console import format_detection
 from sigwatch.sinks.eventlog import EventLogSink
 from sigwatch.sinks.metrics import MetricsSink
+from sigwatch.sources.identity import JobIdentity, environment_identity
 from sigwatch.sources.pipe import PipeSource
-from sigwatch.telemetry.metrics import SelfMetrics
+from sigwatch.telemetry.metrics import JobCollector, SelfMetrics
 from sigwatch.web.app import WebApp, register_process_collectors
 from sigwatch.web.server import WebServer
 from sigwatch.web.status import Liveness
@@ -81,6 +86,9 @@ class ExecOptions:
     source: str = "exec"
     linger: float = 2.0  # after the command exits: how long to wait for its pipes to close
     regex_timeout: float = 0.05
+    node: str = ""  # the node name of detections and gauges ("": the host name)
+    fold: bool = True  # repeats fold into open incidents (the console shows counts)
+    environment: Mapping[str, str] | None = None  # the launcher's (None: this process's)
 
 
 def exit_status(returncode: int) -> int:
@@ -332,6 +340,14 @@ class _Signals:
             os.close(fd)
 
 
+def _rank_facts(clock: Clock, jobs: JobBook) -> list[Detector]:
+    """The per-rank facts (NCCL watchdog figures, progress) for the job gauges."""
+    from sigwatch.detectors.ranks import RankFactsDetector
+    from sigwatch.detectors.training import ProgressReader
+
+    return [RankFactsDetector(clock, book=jobs, reader=ProgressReader())]
+
+
 def _engine(options: ExecOptions, metrics: SelfMetrics) -> Engine:
     from sigwatch.app import _PatternLoadError
     from sigwatch.patterns.loader import builtin_pattern_dir, load_patterns
@@ -357,7 +373,13 @@ def run_exec(command: Sequence[str], options: ExecOptions, *,
     metrics = SelfMetrics(registry, __version__)
     metrics.declare_sources([options.source])
     engine = _engine(options, metrics)
-    host = socket.gethostname()
+    host = options.node or socket.gethostname()
+    # The launcher's environment says which job and rank this command is (Slurm, torchrun,
+    # MPI, Kubernetes): every detection and the job gauges carry them.
+    identity = environment_identity(os.environ if options.environment is None
+                                    else options.environment)
+    jobs = JobBook(on_refused=lambda what: metrics.job_series_refused.labels(what).inc())
+    registry.register(JobCollector(host, jobs.rows))
     out_write, err_write = _write_all(1), _write_all(2)
     recorder = _Recorder()
     sinks: list[Sink] = [MetricsSink(metrics), recorder]
@@ -367,8 +389,13 @@ def run_exec(command: Sequence[str], options: ExecOptions, *,
     if options.console:
         sinks.append(_StderrSink(err_write))
     metrics.declare_sinks(s.name for s in sinks)
+    def identify(_info: object) -> JobIdentity | None:
+        return identity or None
+
     pipeline = build_pipeline(engine, sinks, clock=clock, metrics=metrics, host=host,
-                              content={options.source: "job"})
+                              content={options.source: "job"}, identify=identify, jobs=jobs,
+                              folder=Folder() if options.fold else None,
+                              detectors=_rank_facts(clock, jobs))
 
     out_r, out_w = _output_pair(1)
     err_r, err_w = _output_pair(2)
@@ -413,9 +440,12 @@ def run_exec(command: Sequence[str], options: ExecOptions, *,
         context += [f"stdout: {x}" for x in tails["stdout"].lines(4)]
         earlier = list(recorder.first) + [d for d in recorder.detections
                                           if d not in recorder.first]
-        pipeline.emit(exit_detection(command, returncode, earlier, source=options.source,
-                                     host=host, pid=proc.pid, started=started,
-                                     now=clock.time(), context=context))
+        ended = exit_detection(command, returncode, earlier, source=options.source,
+                               host=host, pid=proc.pid, started=started, now=clock.time(),
+                               context=context)
+        if identity.job:
+            ended = dataclasses.replace(ended, jobs=(identity.job,), rank=identity.rank)
+        pipeline.emit(ended)
     runtime.stop()
     pipeline.flush()
     pipeline.close()

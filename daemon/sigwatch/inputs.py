@@ -16,10 +16,12 @@ import structlog
 from sigwatch.clock import Clock
 from sigwatch.config import SourceConfig
 from sigwatch.framing.container import framer_for
+from sigwatch.model import StreamInfo
 from sigwatch.sources.base import Source
 from sigwatch.sources.discovery import SourceSpec
 from sigwatch.sources.file import Framer, MakeFramer
 from sigwatch.sources.files import FileSource, TailOptions
+from sigwatch.sources.identity import JobIdentity, PathLabels, identify
 from sigwatch.sources.journal import JournalSource
 from sigwatch.sources.kmsg import DEVICE, KmsgSource
 from sigwatch.sources.pipe import PipeSource
@@ -39,6 +41,14 @@ class Inputs:
     content: dict[str, str] = field(default_factory=dict)
     globs: list[str] = field(default_factory=list)
     files: FileSource | None = None
+    # files and pipe sources: their ``labels_from_path`` (None: the CRI layout only)
+    path_labels: dict[str, PathLabels | None] = field(default_factory=dict)
+
+    def identify(self, info: StreamInfo) -> JobIdentity | None:
+        """A stream's job and rank from its path (``sigwatch.sources.identity``)."""
+        if info.source not in self.path_labels:
+            return None  # journal, kmsg: the node's own streams, no job of their own
+        return identify(info.path, self.path_labels[info.source])
 
 
 def container_framer(fmt: str, max_line_bytes: int) -> MakeFramer:
@@ -66,6 +76,7 @@ def build_sources(configs: Sequence[SourceConfig], *, clock: Clock, options: Tai
         log.warning("source_error", source=source, error=text)
 
     files = [c for c in configs if c.kind == "files"]
+    out.path_labels = {c.name: c.path_labels() for c in configs if c.kind in ("files", "pipe")}
     if files:
         # No format given: "auto", so container logs (CRI, Docker) are read as lines by default.
         framers = {c.name: container_framer(c.format or "auto", options.max_line_bytes)

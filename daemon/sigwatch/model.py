@@ -25,6 +25,7 @@ __all__ = [
     "Severity",
     "StreamInfo",
     "cap_detection",
+    "detection_from_json",
 ]
 
 
@@ -56,6 +57,11 @@ class StreamInfo:
     source: str
     path: str
     key: str
+    # Which job the stream belongs to, and its rank, where the path or the environment says
+    # (``labels_from_path``, a CRI pod path, ``sigwatch exec``); "" and None when unknown.
+    job: str = ""
+    rank: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()  # namespace, pod (a CRI pod log), as known
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +154,20 @@ class Detection:
     # The triggering line's own timestamp (None when it carries none): ``time`` is when it
     # was read. A line read again after a lost checkpoint keeps its own time.
     line_time: float | None = None
+    # The jobs it belongs to: the stream's own job, or, for a kernel-log fault, every job the
+    # node was running when it was delivered (empty: none known).
+    jobs: tuple[str, ...] = ()
+    # Folding (``detectors/folding.py``): the event id of the detection that opened the
+    # incident this one repeats ("" for that first one), its ordinal in the incident, and how
+    # many occurrences this record stands for (a count update to the console stands for many).
+    incident: str = ""
+    occurrence: int = 1
+    repeats: int = 1
+
+    @property
+    def job(self) -> str:
+        """The job as one label value: "" when none, the jobs joined by "," when several."""
+        return ",".join(self.jobs)
 
     @property
     def event_id(self) -> str:
@@ -189,8 +209,90 @@ class Detection:
             "about": self.about or None,
             "facts": dict(self.facts),
             "owner": self.owner,
+            "line_time": self.line_time,
+            "job": self.job or None,
+            "jobs": list(self.jobs),
+            "incident": self.incident or None,
+            "occurrence": self.occurrence,
+            "repeats": self.repeats,
         }
 
+    def to_repeat_json(self) -> dict[str, Any]:
+        """The compact record of a repeat: where and when, and the incident it folds into.
+
+        Everything else (title, severity, source, path, owner, job, context, the fix) is the
+        incident's first record's.
+        """
+        stamp = datetime.fromtimestamp(self.time, tz=UTC).isoformat(timespec="milliseconds")
+        return {"event_id": self.event_id, "time": stamp.replace("+00:00", "Z"),
+               "signature": self.signature, "path": self.path, "stream": self.stream_key,
+               "line": self.line,
+               "offset": self.offset, "rank": self.rank, "text": self.text,
+               "captures": dict(self.captures), "incident": self.incident,
+               "occurrence": self.occurrence}
+
+
+def detection_from_json(doc: dict[str, Any], *, time: float | None = None, key: str = "",
+                        first_offset: int = -1) -> Detection:
+    """Rebuild a ``Detection`` from ``Detection.to_json()`` (plus what that shape leaves out).
+
+    ``to_json`` rounds the time to milliseconds and omits ``key`` and ``first_offset``; the
+    store keeps them beside the JSON so the rebuilt detection has the same ``event_id``.
+    Raises ``KeyError``, ``TypeError`` or ``ValueError`` on a malformed document.
+    """
+    rem = doc["remediation"]
+    root = doc.get("root_cause")
+    return Detection(
+        signature=str(doc["signature"]), title=str(doc["title"]),
+        severity=Severity.parse(str(doc["severity"])), status=str(doc["status"]),
+        source=str(doc["source"]), path=str(doc["path"]), stream_key=str(doc["stream"]),
+        line=_opt_int(doc.get("line")), offset=_opt_int(doc.get("offset")),
+        text=None if doc.get("text") is None else str(doc["text"]),
+        time=float(time) if time is not None else _parse_time(str(doc["time"])),
+        remediation=Remediation(summary=str(rem["summary"]),
+                                steps=tuple(str(s) for s in rem["steps"]),
+                                runbook=str(rem["runbook"]), action=str(rem["action"])),
+        context=tuple(str(c) for c in doc.get("context") or ()),
+        rank=None if doc.get("rank") is None else str(doc["rank"]),
+        captures=tuple((str(k), str(v)) for k, v in (doc.get("captures") or {}).items()),
+        labels=tuple((str(k), str(v)) for k, v in (doc.get("labels") or {}).items()),
+        root_cause=None if root is None else RootCause(
+            signature=str(root["signature"]), title=str(root["title"]),
+            text=str(root["text"]), path=str(root["path"]), offset=int(root["offset"])),
+        host=str(doc.get("host") or ""),
+        first_offset=first_offset,
+        about=str(doc.get("about") or ""),
+        key=key,
+        facts=tuple((str(k), str(v)) for k, v in (doc.get("facts") or {}).items()),
+        owner=str(doc.get("owner") or "unknown"),
+        line_time=_opt_float(doc.get("line_time")),
+        jobs=tuple(str(j) for j in doc.get("jobs") or ()),
+        incident=str(doc.get("incident") or ""),
+        occurrence=int(doc.get("occurrence") or 1),
+        repeats=int(doc.get("repeats") or 1),
+    )
+
+
+def _opt_int(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"expected an integer, got {value!r}"
+        raise TypeError(msg)
+    return value
+
+
+def _parse_time(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def _opt_float(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        msg = f"expected a number, got {value!r}"
+        raise TypeError(msg)
+    return float(value)
 
 # -- how much text a detection may carry -----------------------------------------------------
 

@@ -35,17 +35,20 @@ from sigwatch.detectors.base import (
     interests_of,
     prepass_of,
 )
+from sigwatch.detectors.folding import Folder
+from sigwatch.detectors.jobs import JobBook
 from sigwatch.detectors.rootcause import RootCauseCorrelator
 from sigwatch.detectors.signatures import HOLD_SECONDS, SignatureDetector
 from sigwatch.engine.cache import unigram
 from sigwatch.engine.matcher import DEFAULT_REGEX_TIMEOUT, Matcher
 from sigwatch.framing.lines import Segment
 from sigwatch.framing.normalize import normalize, normalize_line
-from sigwatch.model import Detection, LogLine, Match, cap_detection
+from sigwatch.model import Detection, LogLine, Match, StreamInfo, cap_detection
 from sigwatch.patterns.compiled import PatternSet
 from sigwatch.patterns.kinds import allowed_signatures, content_of
 from sigwatch.sinks.base import Sink
 from sigwatch.sources.base import ReplayNeed, StreamClosed, StreamEvent, StreamLines, StreamOpened
+from sigwatch.sources.identity import JobIdentity
 from sigwatch.telemetry.metrics import SelfMetrics
 
 __all__ = ["DETECTOR_MODES", "HOLD_SECONDS", "Engine", "Interests", "Pipeline"]
@@ -56,6 +59,14 @@ __all__ = ["DETECTOR_MODES", "HOLD_SECONDS", "Engine", "Interests", "Pipeline"]
 DETECTOR_MODES = ("chunk", "line")
 
 log = structlog.get_logger("sigwatch.pipeline")
+
+# Lines of a stream kept from one chunk for the next whatever the signatures quote: what
+# precedes a traceback says whether it was only logged (the generic layer reads two).
+MIN_TAIL = 2
+
+# Offsets of delivered detections remembered per stream (far more than a held detection of a
+# detector whose held positions give way can wait behind).
+MAX_SPOKEN = 1024
 
 
 class Engine:
@@ -92,6 +103,9 @@ class _Stream:
     tail: deque[bytes] = field(default_factory=lambda: deque(maxlen=1))
     content: str = "mixed"  # what the stream holds: kernel | job | mixed
     allowed: frozenset[str] | None = None  # signatures that apply (None: every one)
+    # Offsets of the latest detections delivered (or found delivered before a restart), for
+    # the held positions that give way to them (``Pipeline.need``).
+    spoken: dict[int, None] = field(default_factory=dict)
 
 
 class _Recent:
@@ -363,13 +377,17 @@ def _expand(items: list[tuple[Any, Any]]) -> list[tuple[_Token, ...]] | None:
     return out
 
 
-def _outside(pattern: re.Pattern[bytes], words: set[bytes]) -> bool:
+def _outside(pattern: re.Pattern[bytes], words: set[bytes],
+             alphabet: set[int] | None = None) -> bool:
     """True when every match of ``pattern`` holds a run of letters that is part of none of
-    ``words`` (lower case): a line whose runs of letters all are cannot hold a match."""
+    ``words`` (lower case), or a byte outside ``alphabet``: a line whose runs of letters all
+    are part of those words, and whose bytes all are in that alphabet, cannot hold a match."""
     literals = _literals(pattern)
     if literals is None:
         return False
     for lit in literals:
+        if alphabet is not None and any(not (token & alphabet) for token in lit):
+            continue  # a byte no such line holds
         runs: list[bytes] = []
         run = b""
         for token in lit:
@@ -452,10 +470,16 @@ class Pipeline:
         detectors: Sequence[Detector] = (),
         content: Mapping[str, str] | None = None,
         detector_mode: str = "chunk",
+        identify: Callable[[StreamInfo], JobIdentity | None] | None = None,
+        jobs: JobBook | None = None,
+        folder: Folder | None = None,
     ) -> None:
         """``content``: source name -> what its streams hold (``kernel``/``job``/``mixed``)
         when the stream's kind does not say it (see ``sigwatch.patterns.kinds``).
-        ``detector_mode``: see ``DETECTOR_MODES``."""
+        ``detector_mode``: see ``DETECTOR_MODES``. ``identify``: a stream's job and rank
+        (``sigwatch.sources.identity``). ``jobs``: the active jobs and their facts (kernel
+        faults are attributed to them). ``folder``: repeats fold into open incidents; sinks
+        with ``every_occurrence`` still get each occurrence, the others the first and counts."""
         if detector_mode not in DETECTOR_MODES:
             raise ValueError(f"unknown detector mode {detector_mode!r}; one of {DETECTOR_MODES}")
         self.engine = engine
@@ -467,7 +491,7 @@ class Pipeline:
         self.host = host
         self.signatures = SignatureDetector(
             engine.patterns, clock=clock, host=host, regex_timeout=engine.regex_timeout,
-            lineno_of=self._lineno_of)
+            lineno_of=self._lineno_of, folded=self._folded if folder is not None else None)
         self.detectors: list[Detector] = [self.signatures, *detectors]
         self.extra: list[Detector] = list(detectors)
         # Detectors fed per chunk; the others get each line they want through on_line.
@@ -502,14 +526,21 @@ class Pipeline:
         # searched on those lines either, whoever wants them.
         if self._prepasses:
             words: set[bytes] | None = set()
+            alphabet: set[int] | None = set()
             for prepass in self._prepasses:
                 vocabulary = getattr(prepass, "vocabulary", None)
                 if vocabulary is None or words is None:
                     words = None
                 else:
                     words |= vocabulary
+                known = getattr(prepass, "alphabet", None)
+                if known is None or alphabet is None:
+                    alphabet = None
+                else:
+                    alphabet |= known
             if words is not None:
-                covered += [p for want in wants for p in want if _outside(p, words)]
+                covered += [p for want in wants for p in want
+                            if _outside(p, words, alphabet)]
         self.interests = Interests([p for want in wants for p in want], covered)
         # Per detector: the bits of its interests in ``self.interests``.
         self._masks = [self.interests.mask(want) for want in wants]
@@ -520,6 +551,9 @@ class Pipeline:
         for i, line_detector in self._line_detectors:
             if getattr(line_detector, "line_time", True):
                 self._timed_mask |= self._masks[i]
+        # Per-chunk detectors that may be reading a multi-line record across chunks.
+        self._followers = [(i, d) for i, d in self._chunked
+                           if callable(getattr(d, "following", None))]
         self._line_mask = 0
         self._chunk_mask = 0
         for i in range(len(self.detectors)):
@@ -528,6 +562,10 @@ class Pipeline:
             else:
                 self._line_mask |= self._masks[i]
         self.correlator = RootCauseCorrelator(engine.patterns)
+        self.identify = identify
+        self.jobs = jobs
+        self.folder = folder
+        self._every = [s for s in self.sinks if getattr(s, "every_occurrence", False)]
         self._streams: dict[int, _Stream] = {}
         self._next_handle = -1  # scans allocate negative handles; sources use positive ones
         self.delivered = 0
@@ -547,7 +585,7 @@ class Pipeline:
         self.correlator.swap(engine.patterns)
         released = self.signatures.swap(engine.patterns)
         self.signatures.regex_timeout = engine.regex_timeout
-        width = max(engine.max_context, 1)
+        width = max(engine.max_context, MIN_TAIL)
         for stream in self._streams.values():
             if stream.tail.maxlen != width:
                 stream.tail = deque(stream.tail, maxlen=width)
@@ -591,11 +629,18 @@ class Pipeline:
         return handle
 
     def open(self, event: StreamOpened) -> None:
-        ctx = StreamContext(event.handle, event.info, event.kind)
+        info = event.info
+        found = self.identify(info) if self.identify is not None else None
+        if found:
+            info = dataclasses.replace(info, job=found.job, rank=found.rank,
+                                       labels=found.labels())
+        if self.jobs is not None and info.job:
+            self.jobs.stream_opened(event.handle, info.job)
+        ctx = StreamContext(event.handle, info, event.kind)
         content = content_of(event.kind, self.content.get(event.info.source))
         self._streams[event.handle] = _Stream(
             ctx, event.lineno, event.replay_below, frozenset(event.pending),
-            deque(maxlen=max(self.engine.max_context, 1)), content,
+            deque(maxlen=max(self.engine.max_context, MIN_TAIL)), content,
             self._allowed_for(content))
         for detector in self.detectors:
             detector.on_open(ctx)
@@ -604,6 +649,8 @@ class Pipeline:
         """Run whole-line segments of one stream through the engine and the detectors."""
         stream = self._streams[handle]
         out: list[Detection] = []
+        if self.jobs is not None and stream.ctx.info.job:
+            self.jobs.lines_read(handle, self.clock.time())
         for seg in segments:
             out.extend(self._segment(stream, seg))
         out.extend(self._deliver(stream, self.signatures.after_chunk(handle)))
@@ -617,6 +664,8 @@ class Pipeline:
         out: list[Detection] = []
         for detector in self.detectors:
             out.extend(self._deliver(stream, detector.on_close(stream.ctx, clean=clean)))
+        if self.jobs is not None:
+            self.jobs.stream_closed(handle)
         return out
 
     def tick(self) -> list[Detection]:
@@ -627,7 +676,19 @@ class Pipeline:
             deadline = detector.next_deadline()
             if deadline is not None and deadline <= now:
                 out.extend(self._deliver_all(detector.tick(now)))
+        wall = self.clock.time()
+        if self.jobs is not None:
+            self.jobs.expire(wall)
+        if self.folder is not None:
+            for update in self.folder.due(wall):
+                self._emit(self.sinks, update, every=False)
         return out
+
+    def report_incidents(self) -> None:
+        """Send every count not reported yet (before the last checkpoint of a stop)."""
+        if self.folder is not None:
+            for update in self.folder.flush(self.clock.time()):
+                self._emit(self.sinks, update, every=False)
 
     def open_incidents(self) -> list[Detection]:
         """Detections still open (a stall, a regression) from detectors that keep any."""
@@ -640,6 +701,10 @@ class Pipeline:
 
     def next_deadline(self) -> float | None:
         deadlines = [d for det in self.detectors if (d := det.next_deadline()) is not None]
+        walls = [w for w in (self.folder.next_deadline() if self.folder else None,
+                             self.jobs.next_expiry() if self.jobs else None) if w is not None]
+        if walls:  # folding and job activity keep wall-clock times (they survive restarts)
+            deadlines.append(self.clock.monotonic() + max(min(walls) - self.clock.time(), 0.0))
         return min(deadlines) if deadlines else None
 
     def need(self, handle: int) -> ReplayNeed:
@@ -651,7 +716,13 @@ class Pipeline:
         floor = min(floors) if floors else None
         held: set[int] = set()
         for det in self.detectors:
-            held.update(det.held(handle))
+            mine = det.held(handle)
+            if mine and getattr(det, "held_gives_way", False):
+                # A pending position names every detection on its line: one already delivered
+                # there would be delivered again after a restart. A detector that ranks below
+                # the others (the generic layer) gives such a line up instead.
+                mine = tuple(o for o in mine if o not in stream.spoken)
+            held.update(mine)
         return ReplayNeed(position=floor[0] if floor else None,
                           lineno=floor[1] if floor else None,
                           held=tuple(sorted(held)), lineno_at_end=stream.lineno)
@@ -663,12 +734,19 @@ class Pipeline:
             state = det.snapshot()
             if state is not None:
                 out[det.name] = state
+        if self.folder is not None:
+            out[self.folder.name] = self.folder.snapshot()
+        if self.jobs is not None:
+            out[self.jobs.name] = self.jobs.snapshot()
         return out
 
     def restore(self, states: dict[str, object]) -> None:
         for det in self.detectors:
             if det.name in states:
                 det.restore(states[det.name])
+        for part in (self.folder, self.jobs):
+            if part is not None and part.name in states:
+                part.restore(states[part.name])
 
     def _allowed_for(self, content: str) -> frozenset[str] | None:
         """The signatures that apply to a stream holding ``content`` (cached per kind)."""
@@ -678,6 +756,19 @@ class Pipeline:
             self._allowed[content] = (None if len(allowed) == len(patterns.signatures)
                                       else allowed)
         return self._allowed[content]
+
+    def _folded(self, signature: str, event: LineEvent) -> bool:
+        """Whether a detection of ``signature`` on this line would repeat an open incident."""
+        assert self.folder is not None
+        stream = self._streams.get(event.stream.handle)
+        if stream is None or event.replaying:
+            return False
+        info = stream.ctx.info
+        job = info.job
+        if not job and self.jobs is not None and stream.content == "kernel":
+            job = ",".join(self.jobs.active_jobs())
+        t = event.line.time if event.line.time is not None else self.clock.time()
+        return self.folder.is_open((signature, info.source, job), t)
 
     def _lineno_of(self, handle: int) -> int:
         stream = self._streams.get(handle)
@@ -743,8 +834,7 @@ class Pipeline:
         if matched is not None:
             out.extend(self._chunk(stream, data, seg.offset, base_lineno, selected, matched,
                                    seg_time, prepassed, skip))
-        if engine.max_context:
-            _remember_tail(stream.tail, data, engine.max_context)
+        _remember_tail(stream.tail, data, max(engine.max_context, MIN_TAIL))
         return out
 
     def _chunk(self, stream: _Stream, data: bytes, base: int, base_lineno: int,
@@ -755,10 +845,17 @@ class Pipeline:
         the lines signatures matched (each decoded at most once), what the prepasses read."""
         chunk_mask = self._chunk_mask
         starts = [s for s, entry in selected.items() if entry[1] & chunk_mask]
+        detectors = self._chunked
         if matched:
             starts = sorted(set(starts).union(matched))
-        elif not starts and not covered:
-            return []
+        elif not starts:
+            handle = stream.ctx.handle
+            detectors = [(i, d) for i, d in self._chunked
+                         if (covered and prepass_of(d) is not None)
+                         or (callable(getattr(d, "following", None))
+                             and d.following(handle))]  # type: ignore[attr-defined]
+            if not detectors:
+                return []
         else:
             starts.sort()
         lines: list[ChunkLine] = []
@@ -779,11 +876,12 @@ class Pipeline:
             lines.append(ChunkLine(start, end, lineno, base + start, bits,
                                    matched.get(start) or {},
                                    c >= 0 and covered_starts[c] == start))
+        tail = stream.tail
         chunk = Chunk(stream.ctx, data, lines, stream.replay_below, seg_time,
                       self.interests.mask, base=base, base_lineno=base_lineno,
-                      prepassed=prepassed)
+                      recent=lambda start: _Recent(data, start, tail), prepassed=prepassed)
         out: list[Detection] = []
-        for index, detector in self._chunked:
+        for index, detector in detectors:
             out.extend(self._deliver(stream, detector.on_chunk(chunk, self._masks[index])))
         return out
 
@@ -845,18 +943,63 @@ class Pipeline:
                  detections: Iterable[Detection]) -> list[Detection]:
         out: list[Detection] = []
         for found in detections:
-            d = self.correlator.refine(self._capped(found))
+            # Its job first: fallout is only explained by a cause in its own job.
+            refined = self.correlator.refine(self._attribute(stream, self._capped(found)))
+            if refined is None:
+                continue  # a generic detection folded into a signature's on the same line
+            d = refined
+            if stream is not None and d.offset is not None:
+                spoken = stream.spoken
+                spoken.pop(d.offset, None)
+                spoken[d.offset] = None
+                if len(spoken) > MAX_SPOKEN:
+                    del spoken[next(iter(spoken))]
             if (stream is not None and d.offset is not None and d.offset < stream.replay_below
                     and d.offset not in stream.pending):
                 continue  # delivered before a crash; the replay only rebuilds state
-            for sink in self.sinks:
-                try:
-                    sink.emit(d)
-                except Exception as exc:  # noqa: BLE001 - a sink must never stop the pump
-                    self._sink_failed(sink, exc)
+            first = True
+            if self.folder is not None:
+                folded = self.folder.fold(d, self.clock.time())
+                if folded.closed is not None:
+                    self._emit(self.sinks, folded.closed, every=False)
+                d, first = folded.detection, folded.first
+            if first:
+                if self.jobs is not None:
+                    self.jobs.fault(d, self.clock.time())
+                if self.metrics is not None:
+                    self.metrics.incidents_opened.labels(d.severity.label).inc()
+                self._emit(self.sinks, d)
+            else:
+                self._emit(self._every, d)
             out.append(d)
         self.delivered += len(out)
         return out
+
+    def _emit(self, sinks: Sequence[Sink], d: Detection, *, every: bool = True) -> None:
+        """``d`` to ``sinks``; ``every=False``: a count update, for the sinks that do not see
+        every occurrence."""
+        for sink in sinks:
+            if not every and sink in self._every:
+                continue
+            try:
+                sink.emit(d)
+            except Exception as exc:  # noqa: BLE001 - a sink must never stop the pump
+                self._sink_failed(sink, exc)
+
+    def _attribute(self, stream: _Stream | None, d: Detection) -> Detection:
+        """``d`` with its job(s): the stream's own, or for a kernel-log fault every job the
+        node runs now; and the stream's rank when the line did not say one."""
+        if d.jobs:
+            return d
+        if stream is not None and stream.ctx.info.job:
+            info = stream.ctx.info
+            return dataclasses.replace(d, jobs=(info.job,),
+                                       rank=d.rank if d.rank is not None else info.rank)
+        if self.jobs is not None and stream is not None and stream.content == "kernel":
+            active = self.jobs.active_jobs()
+            if active:
+                return dataclasses.replace(d, jobs=active)
+        return d
 
     def _capped(self, detection: Detection) -> Detection:
         """The detection within ``DetectionCaps`` (memory is not the log writer's to take);

@@ -80,10 +80,38 @@ def _library() -> set[str]:
 
 
 def _comparable(found: list[dict[str, Any]], library: set[str]) -> list[tuple[Any, ...]]:
-    """What a reader must agree on, per log, in order (not where in the file, not when)."""
-    return [(d["signature"], d["severity"], d["text"], d["rank"], tuple(d["context"]),
-             (d["root_cause"] or {}).get("signature"), (d["root_cause"] or {}).get("text"))
-            for d in found if d["signature"] in library]
+    """What a reader must agree on, per log, in order (not where in the file, not when).
+
+    The daemon folds repeats of a signature into the open incident (docs/fleet.md): a repeat's
+    event-log record has what differs per occurrence (signature, line, rank) and names its
+    incident, whose first record has the rest. So every occurrence is compared on those, and
+    each incident's first record (``_firsts``) on everything.
+    """
+    return [(d["signature"], d["text"], d["rank"]) for d in found
+            if d["signature"] in library]
+
+
+def _firsts(found: list[dict[str, Any]], library: set[str],
+            like: list[dict[str, Any]] | None = None) -> list[tuple[Any, ...]]:
+    """The full comparison of the first record of each signature (of each incident in
+    ``like``, the daemon's event log, when given: the same occurrences of the scan)."""
+    wanted = None
+    if like is not None:
+        wanted = [(d["signature"], d["text"], d["rank"]) for d in like
+                  if d["signature"] in library and not d.get("incident")]
+    out = []
+    for d in found:
+        key = (d["signature"], d["text"], d["rank"])
+        if d["signature"] not in library or d.get("incident"):
+            continue
+        if wanted is not None:
+            if key not in wanted:
+                continue
+            wanted.remove(key)
+        out.append((*key, d["severity"], tuple(d["context"]),
+                    (d["root_cause"] or {}).get("signature"),
+                    (d["root_cause"] or {}).get("text")))
+    return out
 
 
 def _shipped_config(tmp_path: Path, port: int) -> str:
@@ -117,6 +145,7 @@ def test_a_pod_log_gives_the_detections_of_the_plain_text_it_carries(tmp_path: P
     assert b" stdout F " in pod_log
 
     assert expected == _comparable(_scan(pod), library), "scan of the pod log"
+    assert _firsts(_scan(original), library) == _firsts(_scan(pod), library)
 
     port = free_port()
     config = tmp_path / "sigwatch.toml"
@@ -147,4 +176,6 @@ def test_a_pod_log_gives_the_detections_of_the_plain_text_it_carries(tmp_path: P
 
     found = read()
     assert expected == _comparable(found, library), "the daemon with the DaemonSet's config"
-    assert {"gpu-node-17"} == {d["host"] for d in found}
+    assert _firsts(_scan(original), library, like=found) == _firsts(found, library), \
+        "the full record of each incident"
+    assert {"gpu-node-17"} == {d["host"] for d in found if not d.get("incident")}

@@ -57,7 +57,8 @@ def _env() -> dict[str, str]:
 def _exec(tmp: Path, *command: str, **kw: object) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "sigwatch", "exec", "--events", str(tmp / "events.jsonl"),
             "--", *command]
-    return subprocess.Popen(argv, env=_env(), **kw)  # type: ignore[call-overload,no-any-return]
+    env = kw.pop("env", None) or _env()
+    return subprocess.Popen(argv, env=env, **kw)  # type: ignore[call-overload,no-any-return]
 
 
 def _events(tmp: Path) -> list[dict[str, object]]:
@@ -160,6 +161,23 @@ class TestExecPassThrough:
         assert 0 == proc.returncode
 
 
+class TestExecJobIdentity:
+    def test_the_launchers_environment_names_the_job_and_rank_of_every_detection(
+            self, tmp_path: Path) -> None:
+        """Run under Slurm and torchrun (issue 21): SLURM_JOB_ID is the job, RANK the rank."""
+        script = tmp_path / "job.py"
+        script.write_text(SCRIPT)
+        env = dict(_env(), SLURM_JOB_ID="4471203", SLURM_PROCID="1", RANK="9")
+
+        proc = _exec(tmp_path, sys.executable, str(script), stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, env=env)
+        proc.wait(timeout=120)
+
+        found = {(e["signature"], e["job"], e["rank"]) for e in _events(tmp_path)}
+        assert {("cuda_illegal_memory_access", "4471203", "9"),
+                ("command_exited_abnormally", "4471203", "9")} == found
+
+
 class TestExecSignals:
     def test_sigterm_reaches_the_child_and_its_status_is_ours(self, tmp_path: Path) -> None:
         script = tmp_path / "waiter.py"
@@ -214,6 +232,9 @@ class TestExecSignals:
             assert b"ready\n" == _read_line(proc.stdout.fileno())
 
             proc.send_signal(signum)
+            # Wait with stdin still open: closing it (communicate) would let the child's
+            # read end at EOF and exit 0 before the forwarded signal arrives, on a busy machine.
+            proc.wait(timeout=60)
             proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:

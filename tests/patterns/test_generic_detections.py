@@ -1,8 +1,9 @@
-"""Failures no specific signature names are still detected, and rank below a specific one.
+"""Generic signatures name failures no specific signature names, and rank below a specific one.
 
-A traceback, a signal, a launcher's exit summary, a scheduler kill, a glog E/F line or a kernel
-``*ERROR*`` line each make a detection with a clear title; when a specific signature detected
-the same incident on the stream, it is named as their root cause and they are less severe.
+A launcher's exit summary, a scheduler kill or a kernel ``*ERROR*`` line each make a detection
+with a clear title; when a specific signature detected the same incident on the stream, it is
+named as their root cause and they are less severe. (Tracebacks, signals and glog E/F lines are
+the generic layer's: tests/patterns/test_generic_ranking.py and tests/unit/test_generic_*.py.)
 """
 
 from __future__ import annotations
@@ -39,60 +40,6 @@ def test_every_generic_signature_names_every_specific_one_as_possible_root_cause
     assert {} == _generic_causes().stale()
 
 
-class TestUncaughtException:
-    def test_traceback_ending_in_any_exception_is_an_error_naming_it(self, library) -> None:
-        """The exception line completes the detection and its class is captured."""
-        text = ("Traceback (most recent call last):\n"
-                '  File "train.py", line 12, in <module>\n'
-                "    main()\n"
-                "ZeroDivisionError: division by zero\n")
-
-        d = _only(detect_text(Engine(library), text), "python_uncaught_exception")
-
-        assert d.severity == Severity.ERROR
-        assert ("exception", "ZeroDivisionError") in d.captures
-        assert d.root_cause is None
-
-    def test_specific_exception_becomes_root_cause_of_the_traceback(self, library) -> None:
-        """A CUDA OOM ending the traceback is the root cause; the generic one is a warning."""
-        text = ("Traceback (most recent call last):\n"
-                '  File "train.py", line 40, in <module>\n'
-                "    loss.backward()\n"
-                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
-                "has a total capacity of 79.15 GiB of which 1.12 GiB is free.\n")
-
-        found = detect_text(Engine(library), text)
-        generic = _only(found, "python_uncaught_exception")
-
-        assert generic.root_cause is not None
-        assert generic.root_cause.signature == "cuda_out_of_memory"
-        assert generic.severity == Severity.WARNING
-
-    def test_root_cause_is_named_whatever_the_signature_ids_sort_order(self, library) -> None:
-        """The specific detection on the exception line is emitted first, so it is named."""
-        text = ("Traceback (most recent call last):\n"
-                '  File "run.py", line 3, in <module>\n'
-                "    step(state, batch)\n"
-                "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while "
-                "trying to allocate 4770354232 bytes.\n")
-
-        generic = _only(detect_text(Engine(library), text), "python_uncaught_exception")
-
-        assert generic.root_cause is not None
-        assert generic.root_cause.signature == "xla_runtime_error_resource_exhausted"
-
-    def test_keyboard_interrupt_is_not_reported_as_a_failure(self, library) -> None:
-        """Ctrl-C ends a traceback too, but nothing failed."""
-        text = ("Traceback (most recent call last):\n"
-                '  File "train.py", line 12, in <module>\n'
-                "    time.sleep(10)\n"
-                "KeyboardInterrupt\n")
-
-        found = detect_text(Engine(library), text)
-
-        assert "python_uncaught_exception" not in {d.signature for d in found}
-
-
 class TestLaunchersAndSchedulers:
     def test_torchrun_summary_names_first_failing_rank_and_exit_code(self, library) -> None:
         """The Root Cause block's rank and exit code are captured."""
@@ -108,19 +55,6 @@ class TestLaunchersAndSchedulers:
 
         assert ("rank", "12") in d.captures
         assert ("exitcode", "-9") in d.captures
-
-    def test_shell_killed_after_the_oom_killer_names_it_as_root_cause(self, library) -> None:
-        """'Killed' from the shell is fallout of the kernel's OOM kill on the same stream."""
-        text = ("[ 4018.450000] Out of memory: Killed process 935 (python) total-vm:113656kB, "
-                "anon-rss:102104kB, file-rss:0kB, shmem-rss:0kB\n"
-                "Killed\n")
-
-        found = detect_text(Engine(library), text)
-        killed = _only(found, "process_killed_by_signal")
-
-        assert killed.root_cause is not None
-        assert killed.root_cause.signature == "host_oom_killer"
-        assert killed.severity < _only(found, "host_oom_killer").severity
 
     def test_slurm_time_limit_supersedes_the_generic_cancel_banner(self, library) -> None:
         """One incident, one detection: the time limit, with its fix."""
@@ -143,15 +77,6 @@ class TestLaunchersAndSchedulers:
 
 
 class TestNativeAndKernelErrorLines:
-    def test_glog_fatal_check_is_an_error(self, library) -> None:
-        """An absl/glog F line aborts the process."""
-        text = ("2018-05-28 23:08:09.915981: F tensorflow/core/kernels/conv_ops.cc:667] Check "
-                "failed: stream->parent()->GetConvolveAlgorithms(&algorithms)\n")
-
-        d = _only(detect_text(Engine(library), text), "glog_fatal_line")
-
-        assert d.severity == Severity.ERROR
-
     def test_tensorflow_duplicate_factory_registration_is_quiet(self, library) -> None:
         """The well-known benign E lines of TensorFlow start-up are not errors."""
         text = ("2024-03-30 14:29:58.691384: E external/local_xla/xla/stream_executor/cuda/"
@@ -180,3 +105,50 @@ class TestNativeAndKernelErrorLines:
 
         assert later and later[0].root_cause is not None
         assert later[0].root_cause.signature == "rocm_amdgpu_ring_timeout"
+
+
+class TestOneKernelEventOverSeveralLines:
+    """The OOM killer's report (``invoked oom-killer``, the memory and task dumps,
+    ``oom-kill:constraint=``, ``Killed process``) is one event: one detection (issue 21)."""
+
+    REPORT = (
+        "[2059991.401102] python3 invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), "
+        "order=0, oom_score_adj=0\n"
+        "[2059991.401110] CPU: 12 PID: 25315 Comm: python3 Tainted: P           OE\n"
+        "[2059991.401190] Mem-Info:\n"
+        "[2059991.401201] active_anon:7862864 inactive_anon:12 isolated_anon:0\n"
+        + "".join(f"[2059991.4913{i:02d}] [  {25300 + i}]     0 {25300 + i}  13328061  7862864 "
+                  "63160320        0             0 python3\n" for i in range(60))
+        + "[2059991.491436] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,"
+        "mems_allowed=0,global_oom,task_memcg=/user.slice,task=python3,pid=25315,uid=0\n"
+        "[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:53312244kB, "
+        "anon-rss:31451456kB, file-rss:74816kB, shmem-rss:12296kB, UID:0 pgtables:69068kB "
+        "oom_score_adj:0\n")
+
+    def test_the_report_is_one_detection_on_the_killed_process_line(self, library) -> None:
+        found = [d for d in detect_text(Engine(library), self.REPORT)
+                 if d.signature == "host_oom_killer"]
+
+        [d] = found
+        assert "Killed process 25315 (python3)" in (d.text or "")
+        assert {("pid", "25315"), ("process", "python3"),
+                ("constraint", "CONSTRAINT_NONE")} <= set(d.captures)
+        assert any("invoked oom-killer" in c for c in d.context)
+        assert any("oom-kill:constraint=" in c for c in d.context)
+
+    def test_two_kills_are_two_detections(self, library) -> None:
+        found = [d for d in detect_text(Engine(library), self.REPORT + self.REPORT)
+                 if d.signature == "host_oom_killer"]
+
+        assert 2 == len(found)
+
+    def test_a_report_cut_after_its_first_line_is_still_detected(self, library) -> None:
+        """A paste (or a ring buffer) holding only the first line of the report."""
+        text = ("May  1 21:13:05 dev-VirtualBox kernel: [ 4563.079551] memory-hog-2048 invoked "
+                "oom-killer: gfp_mask=0x2084d0, order=0, oom_score_adj=0\n"
+                "May  1 21:13:06 dev-VirtualBox kernel: [ 4563.079821] Mem-Info:\n")
+
+        found = [d for d in detect_text(Engine(library), text)
+                 if d.signature == "host_oom_killer"]
+
+        assert 1 == len(found)

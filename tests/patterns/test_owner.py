@@ -43,8 +43,6 @@ class TestLibraryOwners:
 @pytest.mark.parametrize(("text", "signature", "owner"), [
     ("[Mon Nov 24 03:12:09 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, "
      "GPU has fallen off the bus.", "nvidia_xid_79_fallen_off_bus", "node"),
-    ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
-     "    main()\nValueError: bad batch size", "python_uncaught_exception", "user"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
      "cuda_out_of_memory", "user"),
     ("NCCL WARN NET/IB : Got completion from peer 10.0.0.2<50432> with status=12 "

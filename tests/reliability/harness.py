@@ -21,9 +21,11 @@ from prometheus_client import CollectorRegistry
 from sigwatch.app import build_pipeline, build_runtime
 from sigwatch.clock import FakeClock
 from sigwatch.detectors.base import Detector
+from sigwatch.detectors.folding import Folder
 from sigwatch.patterns.loader import load_patterns
 from sigwatch.pipeline import Engine
 from sigwatch.runtime.pump import Runtime
+from sigwatch.sinks.base import CollectingSink
 from sigwatch.sinks.eventlog import EventLogSink
 from sigwatch.sinks.metrics import MetricsSink
 from sigwatch.sources.base import Source
@@ -118,7 +120,11 @@ class Harness:
                  fsync: bool = False,
                  source_factory: Callable[[FakeClock, SelfMetrics], Source] | None = None,
                  detector_factory: Callable[[FakeClock], list[Detector]] | None = None,
+                 fold: bool = True,
                  ) -> None:
+        """``fold``: repeats fold into open incidents, as the daemon does by default (the
+        event log still records every occurrence: a repeat is a compact record with the
+        same captures, so exactly-once is checked the same way)."""
         self.root = root
         self.logs = root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -133,6 +139,8 @@ class Harness:
         self.fsync = fsync
         self.source_factory = source_factory
         self.detector_factory = detector_factory
+        self.fold = fold
+        self.incidents = CollectingSink()  # what the console and pager would get
         self.files: FileSource | None = None
         self.clock = FakeClock()
         self.service: Runtime | None = None
@@ -156,9 +164,9 @@ class Harness:
                         on_timeout=lambda sig: metrics.regex_timeouts.labels(sig).inc())
         self.eventlog = EventLogSink(self.events, fsync=self.fsync)
         detectors = self.detector_factory(self.clock) if self.detector_factory else []
-        pipeline = build_pipeline(engine, [MetricsSink(metrics), self.eventlog],
+        pipeline = build_pipeline(engine, [MetricsSink(metrics), self.eventlog, self.incidents],
                                   clock=self.clock, metrics=metrics, host="test",
-                                  detectors=detectors)
+                                  detectors=detectors, folder=Folder() if self.fold else None)
         source: Source
         if self.source_factory is not None:
             source = self.source_factory(self.clock, metrics)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import Harness
+from harness import Harness, error_line
+
+from sigwatch.app import build_generic
 
 GENERIC = """\
 id = "test_generic_crash"
@@ -77,3 +79,58 @@ def test_sequence_completed_after_a_crash_replaces_the_held_generic(tmp_path: Pa
     h.settle()
 
     assert ["test_specific_crash"] == _signatures(h)
+
+
+# -- the generic layer (detectors/generic) --------------------------------------------------------
+
+TRACEBACK = (
+    "[rank1]: Traceback (most recent call last):\n"
+    '[rank1]:   File "/job/train.py", line 71, in <module>\n'
+    "[rank1]:     main()\n"
+    "[rank1]: ValueError: bad shard index 7\n")
+
+
+def _generic_harness(tmp_path: Path) -> Harness:
+    h = Harness(tmp_path, detector_factory=lambda clock: [build_generic(clock=clock)])
+    h.start()
+    return h
+
+
+def test_held_generic_traceback_is_delivered_once_after_a_crash(tmp_path: Path) -> None:
+    """The generic layer waits after a traceback (did the process go on?); killed while it
+    waits, the next start replays it and delivers it once."""
+    h = _generic_harness(tmp_path)
+    log = h.logs / "a.log"
+    log.write_text(TRACEBACK)
+    h.tick()
+    h.service.commit(force=True)
+    assert [] == _signatures(h)
+
+    h.restart(crash=True)
+    h.settle()
+    h.tick(60.0)
+    h.settle()
+
+    assert ["generic_traceback"] == _signatures(h)
+
+
+def test_a_generic_record_waiting_on_a_signatures_line_is_not_delivered_twice(
+        tmp_path: Path) -> None:
+    """``ERROR seq=1`` is the signature's line and a generic error record waiting for the
+    process to end. A pending line names every detection on it: kept pending, the restart
+    would deliver the signature's detection again. The generic layer gives the line up."""
+    h = _generic_harness(tmp_path)
+    log = h.logs / "a.log"
+    log.write_bytes(error_line(1) + b"INFO filler 1\n")
+    h.tick()
+    h.service.commit(force=True)
+    assert [1] == h.seqs()
+
+    h.restart(crash=True)
+    with log.open("ab") as fh:
+        fh.write(b"INFO filler 2\n" * 60)
+    h.settle()
+    h.tick(60.0)
+    h.settle()
+
+    assert [1] == h.seqs()

@@ -92,7 +92,8 @@ def test_a_paging_detection_is_posted_to_every_replica_with_bounded_labels_and_t
     assert [AM1 + "/api/v2/alerts", AM2 + "/api/v2/alerts"] == [u for u, _ in am.posts]
     [alert] = am.posts[0][1]
     assert {"alertname": ALERTNAME, "signature": "nccl_watchdog_timeout", "severity": "error",
-            "owner": "unknown", "node": "gpu-node-7", "source": "training"} == alert["labels"]
+            "owner": "unknown", "node": "gpu-node-7", "source": "training",
+            "rank": "0"} == alert["labels"]
     notes = alert["annotations"]
     assert "NCCL Watchdog Collective Timeout on gpu-node-7" == notes["summary"]
     assert NCCL_LINE == notes["line"]
@@ -128,6 +129,39 @@ def test_sixty_four_ranks_printing_the_same_timeout_make_one_alert(
     assert 1 == len(sink.alerts())
     [alert] = am.to(AM1)[-1]
     assert "64" == alert["annotations"]["repeats"]
+
+
+def test_the_alert_carries_the_job_so_the_jobs_incident_can_inhibit_it(
+        tmp_path: Path, clock: FakeClock, am: Recorder) -> None:
+    """Issue 21: direct pages carry the labels of the job gauges (job, rank, node, owner)."""
+    sink = make(tmp_path, clock, am)
+    sink.emit(detection(3, jobs=("slurm-4242",), owner="node"))
+    sink.flush()
+
+    [alert] = am.to(AM1)[-1]
+    assert {"job": "slurm-4242", "rank": "3", "node": "gpu-node-7", "owner": "node"}.items() \
+        <= alert["labels"].items()
+
+
+def test_a_kernel_fault_of_a_node_running_two_jobs_is_one_alert_per_job(
+        tmp_path: Path, clock: FakeClock, am: Recorder) -> None:
+    sink = make(tmp_path, clock, am)
+    sink.emit(detection(source="kernel", rank=None, jobs=("job-a", "job-b")))
+    sink.flush()
+
+    assert ["job-a", "job-b"] == sorted(a["labels"]["job"] for a in am.to(AM1)[-1])
+
+
+def test_a_count_update_from_folding_adds_its_repeats(
+        tmp_path: Path, clock: FakeClock, am: Recorder) -> None:
+    sink = make(tmp_path, clock, am)
+    first = detection()
+    sink.emit(first)
+    sink.emit(detection(1, incident=first.event_id, occurrence=800_000, repeats=799_999))
+    sink.flush()
+
+    [alert] = am.to(AM1)[-1]
+    assert "800000" == alert["annotations"]["repeats"]
 
 
 def test_another_signature_or_source_is_another_alert(

@@ -124,7 +124,7 @@ def test_a_traceback_detection_quotes_its_frames(tmp_path: Path, capsys) -> None
     _status, out = _scan(tmp_path, tb, "--format", "json", capsys=capsys)
     found = [json.loads(line) for line in out.splitlines()]
 
-    uncaught = [d for d in found if d["signature"] == "python_uncaught_exception"]
+    uncaught = [d for d in found if d["signature"] == "generic_traceback"]
     assert 1 == len(uncaught)
     assert '  File "train.py", line 5, in main' in uncaught[0]["context"]
     assert "ValueError: bad" == uncaught[0]["text"]
@@ -175,3 +175,27 @@ def test_add_patterns_keeps_the_library_and_adds_site_signatures(
     found = {json.loads(line)["signature"] for line in capsys.readouterr().out.splitlines()}
 
     assert {"site_widget_failed", "cuda_illegal_memory_access"} <= found
+
+
+def test_a_count_update_of_a_folded_incident_is_one_line() -> None:
+    """800,000 repeats are one block and a few one-line counts, not 800,000 blocks."""
+    import dataclasses  # noqa: PLC0415
+
+    from sigwatch.model import Detection, Remediation, Severity  # noqa: PLC0415
+    from sigwatch.sinks.console import format_detection  # noqa: PLC0415
+
+    first = Detection(
+        signature="nvidia_xid_79_fallen_off_bus", title="GPU Has Fallen Off The Bus",
+        severity=Severity.CRITICAL, status="stable", source="kernel", path="/dev/kmsg",
+        stream_key="kmsg:boot", line=7, offset=7, text="NVRM: Xid (PCI:0000:8a:00): 79",
+        time=1_700_000_000.0, remediation=Remediation(summary="Drain the node."),
+        jobs=("4471203",))
+    update = dataclasses.replace(first, line=800_006, offset=800_006, incident=first.event_id,
+                                 occurrence=800_000, repeats=12_345)
+
+    text = format_detection(update)
+
+    assert 1 == len(text.splitlines())
+    assert "seen 800,000 times (+12,345)" in text
+    assert "(job 4471203)" in text
+    assert "(job 4471203)" in format_detection(first)

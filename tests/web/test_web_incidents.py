@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from support.web import NOW, make_detection
 
@@ -114,25 +113,17 @@ class TestOrder:
         assert (True, 2) == (reopened[0].open, reopened[0].count)
 
 
-@dataclass(frozen=True, slots=True)
-class _FleetDetection(Detection):
-    """What branch fleet adds to detections (``owner`` is already there): the job and the
-    repeats a detection folds."""
-
-    job: str = ""
-    repeats: int = 1
-
-
 class TestFieldsDetectionsMayCarry:
     def test_incidents_are_per_job_and_count_folded_repeats(self) -> None:
-        """Two jobs failing the same way are two incidents; a detection of 5 repeats is 5."""
+        """Two jobs failing the same way are two incidents; a count update saying the folded
+        incident is at 5 occurrences makes it 5, however many times it is delivered."""
         base = make_detection(0)
-        a = _FleetDetection(**{**{f.name: getattr(base, f.name)
-                                  for f in dataclasses.fields(Detection)}, "owner": "user"},
-                            job="4471203", repeats=5)
-        b = dataclasses.replace(a, offset=5000, job="4471204")
+        a = dataclasses.replace(base, owner="user", jobs=("4471203",))
+        a5 = dataclasses.replace(a, offset=900, incident=a.event_id, occurrence=5, repeats=4)
+        b = dataclasses.replace(a, offset=5000, jobs=("4471204",))
+        b5 = dataclasses.replace(b, offset=5900, incident=b.event_id, occurrence=5, repeats=4)
 
-        incidents = build_incidents(_held(a, b), now=NOW + 1)
+        incidents = build_incidents(_held(a, a5, b, b5, b5), now=NOW + 1)
 
         assert [("4471204", 5), ("4471203", 5)] == sorted(
             ((i.key[2], i.count) for i in incidents), reverse=True)

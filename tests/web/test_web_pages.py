@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from html.parser import HTMLParser
 
 import pytest
 from support.web import NOW, engine_store, make_detection, status_for
 
-from sigwatch.model import Detection, Remediation, RootCause, Severity
+from sigwatch.model import Remediation, RootCause, Severity
 from sigwatch.web.status import StaticStatus
 from sigwatch.web.store import DetectionStore
 
@@ -191,16 +190,26 @@ class TestIncidentsFirst:
         assert "CUDA Out Of Memory" in page[page.index('<section id="earlier">'):]
 
     def test_owner_and_job_are_shown_when_a_detection_carries_them(self, serve) -> None:
-        """Fields a later detection model adds are shown, not required."""
+        """Issue 21: a detection's job and owner are shown (and not required)."""
         base = make_detection(0)
-        d = _FleetDetection(**{**{f.name: getattr(base, f.name)
-                                  for f in dataclasses.fields(Detection)}, "owner": "node"},
-                            job="4471203")
+        d = dataclasses.replace(base, owner="node", jobs=("4471203",))
 
         page = self._page(serve, d)
 
         assert 'job <b class="field-job">4471203</b>' in page
         assert 'owner <b class="field-owner">node</b>' in page
+
+    def test_a_folded_incident_shows_its_count_once(self, serve) -> None:
+        """800,000 Xid lines folded into one incident: one card, its count, its job."""
+        first = dataclasses.replace(make_detection(0), owner="node", jobs=("4471203",))
+        update = dataclasses.replace(first, offset=9_000_000, incident=first.event_id,
+                                     occurrence=800_000, repeats=799_999)
+
+        page = self._page(serve, first, update)
+
+        assert 1 == page.count('<article class="incident')
+        assert "800,000 detections" in page
+        assert 'job <b class="field-job">4471203</b>' in page
 
     def test_the_node_faults_follow_the_open_incidents(self, tmp_path) -> None:  # noqa: ANN001
         """The node's faults (sigwatch.web.faults) have their place: after the incident cards
@@ -256,11 +265,6 @@ class TestIncidentsFirst:
         assert "· sigwatch on gpu-node-17</title>" in page
 
 
-@dataclass(frozen=True, slots=True)
-class _FleetDetection(Detection):
-    job: str = ""
-
-
 class TestDetectionPage:
     def test_trigger_highlighted_after_its_context_with_the_fix(self, serve, library) -> None:
         """The triggering line is the <mark> after its context lines; file, line, offset,
@@ -280,6 +284,20 @@ class TestDetectionPage:
         assert all(f"<li>{step}</li>" in page.replace("&#x27;", "'").replace("&quot;", '"')
                    for step in d.remediation.steps[:1])
         assert "Earlier detections of cuda_device_side_assert" in page
+
+    def test_job_owner_and_the_incident_a_repeat_belongs_to_are_shown(self, serve) -> None:
+        first = dataclasses.replace(make_detection(0), owner="node", jobs=("4471203",))
+        repeat = dataclasses.replace(first, offset=9000, incident=first.event_id,
+                                     occurrence=42)
+        store = DetectionStore(None)
+        store.add(first)
+        store.add(repeat)
+
+        page = serve(store=store).get(f"/detections/{repeat.event_id}").text
+
+        assert "<dt>Job</dt><dd>4471203</dd>" in page
+        assert "<dt>Owner</dt><dd>node</dd>" in page
+        assert f'42 of the incident opened by <a href="/detections/{first.event_id}">' in page
 
     def test_a_line_less_detection_shows_what_it_is_about(self, serve) -> None:
         """A stall has no line: its about text and measured facts are shown instead."""

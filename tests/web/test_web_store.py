@@ -204,3 +204,36 @@ def test_from_json_reads_what_to_json_writes() -> None:
     d = make_detection(3, time=1_700_000_000.25)
 
     assert d == detection_from_json(d.to_json(), key=d.key, first_offset=d.first_offset)
+
+
+class TestCountUpdatesOfAFoldedIncident:
+    """A flood of days sends a count update every minute: the ring keeps the incident's first
+    detection and its latest count, never thousands of updates pushing everything else out."""
+
+    @staticmethod
+    def _updates(n: int):  # noqa: ANN205
+        first = make_detection(0)
+        return first, [dataclasses.replace(first, offset=10_000 + i, incident=first.event_id,
+                                           occurrence=100 * (i + 1)) for i in range(n)]
+
+    def test_only_the_latest_count_of_an_incident_is_held(self, tmp_path: Path) -> None:
+        store = DetectionStore(tmp_path / "status.jsonl", capacity=10)
+        other = make_detection(1, signature="cuda_out_of_memory")
+        store.add(other)
+        first, updates = self._updates(50)
+        store.add(first)
+        for u in updates:
+            store.add(u)
+
+        held = [s.detection for s in store.items()]
+        assert [other, first, updates[-1]] == held
+        again = [s.detection for s in DetectionStore(tmp_path / "status.jsonl").items()]
+        assert [other, first, updates[-1]] == again
+
+    def test_an_older_count_sent_again_is_ignored(self) -> None:
+        store = DetectionStore(None)
+        first, updates = self._updates(3)
+        for d in (first, updates[2], updates[1]):
+            store.add(d)
+
+        assert [first, updates[2]] == [s.detection for s in store.items()]

@@ -111,7 +111,14 @@ class Detector(Protocol):
         ...
 
     def held(self, handle: int) -> tuple[int, ...]:
-        """Positions of detections held back (not delivered yet) for ``handle``."""
+        """Positions of detections held back (not delivered yet) for ``handle``.
+
+        A position names every detection on its line: after a restart the replay delivers again
+        whatever is found on a pending line. A detector whose class sets ``held_gives_way =
+        True`` (one that ranks below the others: the generic layer) has its held positions
+        dropped where some other detection was already delivered, so that one is not delivered
+        twice; the held one is then lost if the daemon dies before it is released.
+        """
         ...
 
     def snapshot(self) -> object:
@@ -160,17 +167,20 @@ class Chunk:
     a line's own time (its timestamp) is parsed only when asked (``time``), once.
     """
 
-    __slots__ = ("_parts", "_select", "_times", "base", "base_lineno", "cache", "data",
-                 "lines", "mask", "prepassed", "replay_below", "seg_time", "stream")
+    __slots__ = ("_parts", "_recent", "_select", "_times", "base", "base_lineno", "cache",
+                 "data", "lines", "mask", "prepassed", "replay_below", "seg_time", "stream")
 
     def __init__(self, stream: StreamContext, data: bytes, lines: list[ChunkLine],
                  replay_below: int, seg_time: float | None = None,
                  mask: Callable[[Sequence[re.Pattern[bytes]]], int] | None = None, *,
                  base: int = 0, base_lineno: int = 0,
+                 recent: Callable[[int], RecentLines] | None = None,
                  prepassed: dict[object, object] | None = None) -> None:
         """``mask``: the bits ``ChunkLine.interests`` uses for given interest patterns.
         ``base``/``base_lineno``: the stream position of ``data[0]`` and the number of the
-        line before it; ``prepassed``: each prepass's result for this chunk."""
+        line before it (a detector that reads lines no interest selected numbers them);
+        ``recent``: the lines before a line start, across the chunk boundary; ``prepassed``:
+        each prepass's result for this chunk."""
         self.mask = mask or (lambda _patterns: 0)
         self.stream = stream
         self.data = data
@@ -179,6 +189,7 @@ class Chunk:
         self.seg_time = seg_time
         self.base = base
         self.base_lineno = base_lineno
+        self._recent = recent
         self.prepassed: dict[object, object] = prepassed if prepassed is not None else {}
         self.cache: dict[object, object] = {}
         self._parts: dict[int, list[Part]] = {}
@@ -235,6 +246,33 @@ class Chunk:
                 lineno = self.base_lineno + data.count(b"\n", 0, start) + 1
         return ChunkLine(start, end, lineno, self.base + start, covered=True)
 
+    def before(self, start: int) -> RecentLines:
+        """The lines before the line starting at ``data[start]`` (those of earlier chunks too,
+        as far as the stream's tail reaches)."""
+        if self._recent is not None:
+            return self._recent(start)
+        return _ChunkOnly(self.data, start)
+
+
+class _ChunkOnly:
+    """``RecentLines`` within one chunk (a chunk built without the stream's tail)."""
+
+    __slots__ = ("_data", "_start")
+
+    def __init__(self, data: bytes, start: int) -> None:
+        self._data, self._start = data, start
+
+    def before(self, count: int, rank: str | None = None) -> list[str]:
+        out: list[str] = []
+        pos = self._start
+        while len(out) < count and pos > 0:
+            prev = self._data.rfind(b"\n", 0, pos - 1) + 1
+            parts = normalize(self._data[prev:pos - 1].decode("utf-8", "replace"))
+            out[:0] = [text for line_rank, text in parts
+                       if rank is None or line_rank is None or line_rank == rank]
+            pos = prev
+        return out[-count:] if count else []
+
 
 def _start_of(line: ChunkLine) -> int:
     return line.start
@@ -284,6 +322,12 @@ class Prepass(Protocol):
         another run of letters is then not searched on the covered lines either."""
         ...
 
+    @property
+    def alphabet(self) -> frozenset[int] | None:
+        """The bytes a covered line can hold (None: any). A pattern whose every match needs
+        another byte is not searched on the covered lines either."""
+        ...
+
     def run(self, data: bytes) -> Covered:
         """Read ``data`` (whole lines, each ending with a newline)."""
         ...
@@ -293,6 +337,12 @@ def prepass_of(detector: object) -> Prepass | None:
     """A detector's prepass (its ``prepass`` attribute), if it has one."""
     found = getattr(detector, "prepass", None)
     return found if found is not None else None
+
+
+# A per-chunk detector may also define ``following(handle) -> bool``: True while it reads a
+# multi-line record of that stream line by line (a traceback not finished at the end of the
+# last chunk). The runtime then hands it the next chunk even when no interest selected any of
+# its lines (``chunk.data`` holds them all; ``base``/``base_lineno`` place them).
 
 
 def interests_of(detector: object) -> tuple[re.Pattern[bytes], ...]:

@@ -25,6 +25,7 @@ from typing import Any, Final, cast
 
 __all__ = [
     "BUILTIN_EXTRACTORS",
+    "BULK_BYTES",
     "BULK_WORDS",
     "Extractor",
     "Progress",
@@ -414,8 +415,10 @@ def _fields(text: str) -> dict[str, float]:
 # A finite number as trainers print it (a subset of what the field scan reads: NaN and Inf,
 # rare and important, always take the per-line path).
 _NUMB = rb"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
-# torchrun's tag; what follows it on the line is the text (its figures need no other envelope)
-_BULK_TAG = rb"\[(?:rank|default)(?P<rank>\d{1,6})\]:[ \t]?"
+# torchrun's tag; what follows it on the line is the text (its figures need no other envelope).
+# Not "[defaultN]:" (--tee's other form): "default" would put the letters of "fault" in the
+# vocabulary below, and error words could then no longer skip these lines.
+_BULK_TAG = rb"\[rank(?P<rank>\d{1,6})\]:[ \t]?"
 
 
 def _opt(item: bytes) -> bytes:
@@ -465,6 +468,8 @@ _BULK_RE = re.compile(rb"\n" + _BULK_LINE)
 # needed). A pattern that needs another run of letters cannot match such a line.
 BULK_WORDS = frozenset(w.lower() for w in re.findall(
     rb"[A-Za-z]+", _BULK_LINE + b" " + _TQDM_PART_RE.pattern))
+# The bytes such a line can hold: ASCII, and the UTF-8 bytes of a tqdm bar's block elements.
+BULK_BYTES = frozenset(range(128)) | {0xE2, 0x96} | frozenset(range(0x80, 0xA0))
 
 # What a progress record holds, by position (a tuple: no object per record).
 R_START: Final = 0  # where the line starts in the chunk

@@ -39,6 +39,7 @@ __all__ = [
     "ERROR_INTEREST",
     "ERROR_LITERALS",
     "NOVEL_ERROR",
+    "SHAPE_LITERALS",
     "Mined",
     "NovelErrorDetector",
     "Template",
@@ -339,7 +340,30 @@ ERROR_LITERALS: tuple[bytes, ...] = (
 )
 
 
-ERROR_INTEREST: re.Pattern[bytes] = re.compile(literal_interest(ERROR_LITERALS))
+# Words the generic layer's shapes start on beyond the error words (``detectors/generic``:
+# signals, ``StopIteration``, diagnostics' ``Pending : Yes`` or ``#wrong``, a test harness's
+# banner...). They join the same trie: the runtime's interest pass then has one alternation for
+# both detectors (two tries side by side cost twice the scan). The miner still learns only from
+# lines ``looks_like_error`` accepts, so they change nothing for it.
+SHAPE_LITERALS: tuple[bytes, ...] = (
+    b"stopiteration", b"systemexit", b"keyboardinterrupt", b"errupt", b"ault", b"illegal ",
+    b"trace/breakpoint", b"trace trap", b"terminate", b"signal", b"sigsegv", b"sigabrt",
+    b"sigkill", b"sigbus", b"sigfpe", b"sigill", b"sigtrap", b"sigsys", b"exitcode",
+    b"exit_code", b"return code", b"returncode", b"code=dumped", b"stack smashing",
+    b"pure virtual", b"crashloopbackoff", b"segfault at", b"general protection",
+    b"divide error", b"invalid opcode", b"pending", b"remapping", b"reset required",
+    b"drain and reset", b"err!", b"rong ", b"alarm", b"ealth status", b"emergency_warn",
+    b"important_warn", b"eneral_warn", b"session starts", b"captured std", b"captured log",
+    b'ile "', b"exhausted", b"deadline_exceeded", b"already_exists", b"out_of_range",
+    b"data_loss", b"ccl_e_", b"err0", b"err1", b"err2", b"err3", b"err4", b"err5", b"err6",
+    b"err7", b"err8", b"err9",
+    # zh_CN signal reports (glibc strsignal, bash jobs.c): segfault, bus error, FPE, illegal
+    # instruction, aborted, killed, core dumped
+    "段错误".encode(), "总线错误".encode(), "浮点数".encode(), "非法指令".encode(),
+    "非法的指令".encode(), "已放弃".encode(), "已杀死".encode(), "核心已转储".encode(),
+)
+
+ERROR_INTEREST: re.Pattern[bytes] = re.compile(literal_interest(ERROR_LITERALS + SHAPE_LITERALS))
 
 _ERROR_RE = re.compile(
     r"(?i)\b(?:errors?|fatal|failed|failures?|fails?|failing|exception|traceback|panic|"

@@ -55,6 +55,7 @@ from typing import Any, cast
 from sigwatch.clock import Clock
 from sigwatch.detectors.base import Chunk, ChunkLine, LineEvent, Part, StreamContext
 from sigwatch.detectors.progress import (
+    BULK_BYTES,
     BULK_WORDS,
     F_EVAL,
     F_OVERFLOW,
@@ -153,6 +154,10 @@ class ProgressReader:
     @property
     def vocabulary(self) -> frozenset[bytes]:
         return BULK_WORDS
+
+    @property
+    def alphabet(self) -> frozenset[int]:
+        return BULK_BYTES
 
     def run(self, data: bytes) -> BulkRecords:
         return self.bulk.parse(data) if self.bulk is not None else BulkRecords()

@@ -216,7 +216,7 @@ class FaultEngine:
         if current is not None:
             return self._fold(current, d, t, rule, made)
         times = [x for x in book.occurrences.get(d.signature, []) if t - x <= rule.window]
-        times.append(t)
+        times.extend([t] * min(d.repeats, rule.count))  # a folded count stands for repeats
         if len(times) < rule.count:
             book.occurrences[d.signature] = times
             return made("counting", f"{len(times)} of {rule.count} within "
@@ -248,10 +248,11 @@ class FaultEngine:
 
     def _fold(self, f: Fault, d: Detection, t: float, rule: Rule,
               made: Callable[[str, str, str], Decision]) -> Decision:
-        changes: dict[str, Any] = {"count": f.count + 1, "last_seen": max(f.last_seen, t)}
+        count = f.count + d.repeats  # a count update from incident folding stands for many
+        changes: dict[str, Any] = {"count": count, "last_seen": max(f.last_seen, t)}
         if f.state != "recovering":
             self._replace(f, **changes)
-            return made("folded", f"another detection of fault {f.id} ({f.count + 1})", f.id)
+            return made("folded", f"another detection of fault {f.id} ({count})", f.id)
         failed = f.failed_reboots + 1
         limit = rule.escalate_after_reboots
         state = "escalated" if limit and failed >= limit else "firing"

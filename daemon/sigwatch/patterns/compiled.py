@@ -78,6 +78,8 @@ class CompiledSignature:
     sources: frozenset[str] = frozenset({"any"})  # stream kinds it applies to (kinds.applies)
     once_per_stream: bool = False
     owner: str = "unknown"  # user | node | fabric | unknown (whose fault it is)
+    event_lines: int = 0  # matches this close together are one event (one detection)
+    event_end: regex.Pattern[str] | None = None  # the line that ends such an event
     # The keys its file's [policy] table sets (sigwatch.faults.policy merges them).
     policy: tuple[tuple[str, Any], ...] = ()
 

@@ -126,6 +126,9 @@ def compile_signature(raw: SignatureFile, path: Path) -> CompiledSignature:
         raw=raw,
         sources=frozenset(raw.sources),
         owner=raw.owner or "unknown",
+        event_lines=raw.match.event_lines,
+        event_end=(_compile_regex(raw.match.event_end, file, "match.event_end")
+                   if raw.match.event_end else None),
         policy=_policy_keys(raw),
     )
 

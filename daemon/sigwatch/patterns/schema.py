@@ -60,6 +60,12 @@ class MatchSpec(_Strict):
     keywords: list[str] | None = None
     prefregex: str | None = Field(default=None, min_length=1)
     then: list[StepSpec] = Field(default_factory=list)
+    # One event printed over several lines (the OOM killer's report): matches of this
+    # signature within this many lines of the previous one, on the same stream and rank, are
+    # one detection (the last matched line, the earlier ones as context). 0: every match.
+    # ``event_end``: a regex of the line that ends such an event (then it fires at once).
+    event_lines: int = Field(default=0, ge=0, le=10_000)
+    event_end: str | None = Field(default=None, min_length=1)
 
 
 class ContextSpec(_Strict):

@@ -364,6 +364,7 @@ class Runtime:
 
     def stop(self) -> None:
         """Final commit, then stop every source."""
+        self.pipeline.report_incidents()  # counts not sent yet, before the state is saved
         self.commit(force=True)
         for index, source in enumerate(self.sources):
             for event in source.stop():

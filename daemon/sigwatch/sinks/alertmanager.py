@@ -1,11 +1,13 @@
 """``AlertmanagerSink``: page on-call directly through Alertmanager's API v2, with the fix.
 
 One alert per incident: every detection of a paging severity with the same (signature, node,
-source) while the incident is open is a repeat (sixty-four ranks printing the same NCCL timeout
-make one alert with ``repeats=64``), so the labels stay bounded: ``alertname``, ``signature``,
-``severity``, ``owner``, ``node``, ``source``. The annotations carry what on-call needs: the
-summary, the triggering line and its context, the remediation steps, the runbook and a link to the
-detection's page on the node.
+source, job) while the incident is open is a repeat (sixty-four ranks printing the same NCCL
+timeout make one alert with ``repeats=64``; a count update from incident folding adds its
+``repeats``), so the labels stay bounded: ``alertname``, ``signature``, ``severity``, ``owner``,
+``node``, ``source``, and where known ``job`` and ``rank`` (the first detection's), the labels
+the fleet rules use (``SigwatchJobIncident`` inhibits the pages of its job). The annotations
+carry what on-call needs: the summary, the triggering line and its context, the remediation
+steps, the runbook and a link to the detection's page on the node.
 
 Alertmanager keeps alerts in memory only and resolves an alert whose ``endsAt`` passed, so the
 sink behaves like Prometheus does (``prometheus/alertmanager:docs/clients.md``): it posts the
@@ -119,8 +121,9 @@ class _Alert:
     resolve_delivered: bool = False
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.labels["signature"], self.labels["node"], self.labels["source"])
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.labels["signature"], self.labels["node"], self.labels["source"],
+                self.labels.get("job", ""))
 
     def payload(self, now: float, firing_for: float) -> dict[str, Any]:
         ends = self.resolved_at if self.resolved_at is not None else now + firing_for
@@ -216,7 +219,7 @@ class AlertmanagerSink:
         self._m = metrics
         self._transport = transport
         self._replicas = [_Replica(self._endpoint(u)) for u in urls]
-        self._alerts: dict[tuple[str, str, str], _Alert] = {}
+        self._alerts: dict[tuple[str, str, str, str], _Alert] = {}
         self._version = 0
         self._dirty = False
         self._load()
@@ -225,26 +228,36 @@ class AlertmanagerSink:
     # -- the Sink protocol (all on the QueuedSink's worker thread) ---------------------------
 
     def emit(self, detection: Detection) -> None:
-        """Open an incident for a paging detection, or count it as a repeat of the open one."""
+        """Open an incident for a paging detection, or count it into the open one.
+
+        A detection of several jobs (a kernel fault on a node running two) is one alert per
+        job, so each job's ``SigwatchJobIncident`` inhibits its own."""
         if detection.severity not in self._page:
             return
         now = self._clock.time()
-        key = (detection.signature, self.node, detection.source)
+        for job in detection.jobs or ("",):
+            self._emit_for(detection, job, now)
+
+    def _emit_for(self, detection: Detection, job: str, now: float) -> None:
+        key = (detection.signature, self.node, detection.source, job)
         alert = self._alerts.get(key)
         if alert is not None and alert.resolved_at is None:
-            alert.repeats += 1
+            # A count update of a folded incident says the total so far (idempotent).
+            alert.repeats = (max(alert.repeats, detection.occurrence) if detection.incident
+                             else alert.repeats + 1)
             alert.last_seen = max(alert.last_seen, now)
             self._dirty = True
             return
         if alert is None:
             self._make_room()
-        self._alerts[key] = self._new_alert(detection, now)
+        self._alerts[key] = self._new_alert(detection, now, job)
         self._version += 1
         self._dirty = True
         if self._m is not None:
             self._m.alerts_raised.labels(detection.severity.label).inc()
         log.info("alert_raised", signature=detection.signature, source=detection.source,
-                 severity=detection.severity.label, event_id=detection.event_id)
+                 severity=detection.severity.label, event_id=detection.event_id,
+                 job=job or None)
         self._update_gauges()
 
     def flush(self) -> None:
@@ -294,7 +307,7 @@ class AlertmanagerSink:
             raise ValueError(f"not an http(s) URL: {base!r}")
         return base.rstrip("/") + "/api/v2/alerts"
 
-    def _new_alert(self, d: Detection, now: float) -> _Alert:
+    def _new_alert(self, d: Detection, now: float, job: str = "") -> _Alert:
         r = d.remediation
         steps = "\n".join(f"{i}. {s}" for i, s in enumerate(r.steps, 1))
         where = visible(d.path) if d.line is None else f"{visible(d.path)}:{d.line}"
@@ -320,6 +333,12 @@ class AlertmanagerSink:
         labels = {"alertname": ALERTNAME, "signature": d.signature,
                   "severity": d.severity.label, "owner": d.owner, "node": self.node,
                   "source": d.source}
+        # Job identity (issue 21): the same labels as the job gauges, so a job's
+        # SigwatchJobIncident inhibits this page. Absent when not known.
+        if job:
+            labels["job"] = job
+        if d.rank is not None:
+            labels["rank"] = d.rank
         return _Alert(labels=labels, annotations={k: v for k, v in annotations.items() if v},
                       starts_at=min(d.time, now), last_seen=now, generator_url=link)
 

@@ -16,7 +16,8 @@ from typing import TextIO
 from sigwatch.model import Detection, Severity
 from sigwatch.visible import visible
 
-__all__ = ["ConsoleSink", "Style", "format_detection", "format_report", "use_colour"]
+__all__ = ["ConsoleSink", "Style", "format_detection", "format_report", "format_update",
+           "use_colour"]
 
 MAX_LINE_CHARS = 240
 MAX_CONTEXT_LINES = 8
@@ -64,15 +65,25 @@ def shorten(text: str, limit: int = MAX_LINE_CHARS) -> str:
 
 
 def _where(d: Detection) -> str:
+    job = f" (job {visible(d.job)})" if d.jobs else ""
     if not d.has_line:
-        return visible(d.path or d.source)
+        return visible(d.path or d.source) + job
     rank = f", rank {visible(d.rank)}" if d.rank is not None else ""
-    return f"{visible(d.path)}:{d.line}{rank}"
+    return f"{visible(d.path)}:{d.line}{rank}{job}"
+
+
+def format_update(d: Detection, *, style: Style | None = None) -> str:
+    """A count update of a folded incident: one line, not the whole block again."""
+    s = style or Style(colour=False)
+    return (f"{s.severity(d.severity)} {s.bold(visible(d.title))}  {s.dim(d.signature)}  "
+            f"seen {d.occurrence:,} times (+{d.repeats:,}), last at {_where(d)}")
 
 
 def format_detection(d: Detection, *, style: Style | None = None,
                      fallout: Sequence[Detection] = ()) -> str:
-    """One detection as a block of readable lines."""
+    """One detection as a block of readable lines (a count update as one line)."""
+    if d.incident:
+        return format_update(d, style=style)
     s = style or Style(colour=False)
     pad = " " * 9
     out = [f"{s.severity(d.severity)} {s.bold(d.title)}  {s.dim(d.signature)}",

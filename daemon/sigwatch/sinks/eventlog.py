@@ -75,9 +75,15 @@ def _count_records(fd: int, start: int) -> int:
 
 
 class EventLogSink:
-    """Appends detections as JSON lines; ``flush`` writes, ``commit_point`` fsyncs."""
+    """Appends detections as JSON lines; ``flush`` writes, ``commit_point`` fsyncs.
+
+    It records every occurrence (``every_occurrence``): a repeat folded into an open incident
+    is a compact record (``Detection.to_repeat_json``: where, when, the captures, and the
+    ``incident`` it folds into with its ``occurrence`` number) instead of a full one.
+    """
 
     name = "eventlog"
+    every_occurrence = True
 
     def __init__(self, path: Path, *, fsync: bool = True,
                  on_write_error: Callable[[], None] | None = None,
@@ -174,7 +180,8 @@ class EventLogSink:
     # -- the pump ----------------------------------------------------------------------------
 
     def emit(self, detection: Detection) -> None:
-        line = json.dumps(detection.to_json(), ensure_ascii=False, separators=(",", ":"))
+        doc = detection.to_repeat_json() if detection.incident else detection.to_json()
+        line = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
         # A file name that is not UTF-8 holds surrogates: written as JSON escapes.
         self._pending += line.encode("utf-8", "backslashreplace") + b"\n"
 

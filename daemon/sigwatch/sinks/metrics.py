@@ -9,9 +9,10 @@ __all__ = ["MetricsSink"]
 
 
 class MetricsSink:
-    """Counts detections by signature, severity and source."""
+    """Counts detections by signature, severity and source: every occurrence, folded or not."""
 
     name = "metrics"
+    every_occurrence = True
 
     def __init__(self, metrics: SelfMetrics) -> None:
         self._metrics = metrics

@@ -7,14 +7,16 @@ reasons. Never a path, a PID or log text.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from sigwatch.model import CUT_FIELDS
 
 __all__ = ["DATA_LOSS_REASONS", "EVENTLOG_REOPEN_REASONS", "FILE_ERROR_REASONS",
-           "FILE_REFUSAL_REASONS", "SelfMetrics"]
+           "FILE_REFUSAL_REASONS", "JOB_GAUGES", "JOB_REFUSALS", "JobCollector", "SelfMetrics"]
 
 DATA_LOSS_REASONS = ("truncated", "rotated_away", "changed_while_down", "kmsg_overrun")
 """Every ``reason`` of ``sigwatch_data_loss_events_total``: all exist at zero from start-up."""
@@ -302,6 +304,22 @@ class SelfMetrics:
             "there: unreadable files, a journal reader that died, a missing pipe).",
             ["source"], registry=r)
 
+        # --- Jobs and incidents (issue 21). Job ids label only the gauges of ``JobCollector``
+        # (jobs active now); these counters have closed label sets.
+        self.job_series_refused = Counter(
+            "sigwatch_job_series_refused",
+            "Jobs, ranks or process groups not tracked because a cap was reached (64 active "
+            "jobs, 1024 ranks per job, 16 process groups per rank).", ["what"], registry=r)
+        for what in JOB_REFUSALS:
+            self.job_series_refused.labels(what)
+        self.incidents_opened = Counter(
+            "sigwatch_incidents_opened",
+            "Incidents opened (a repeat of a signature in an open incident is folded into it "
+            "and not counted here; sigwatch_detections_total counts every occurrence).",
+            ["severity"], registry=r)
+        for sev in ("info", "warning", "error", "critical"):
+            self.incidents_opened.labels(sev)
+
     def declare_faults(self, decisions: Iterable[str],
                        actions: Iterable[tuple[str, str]], mode: str) -> None:
         """Every fault, decision and action series at zero; the mode gauge set."""
@@ -360,3 +378,64 @@ class SelfMetrics:
             self.data_loss_possible.labels(source, "truncated")
             for reason in FILE_REFUSAL_REASONS:
                 self.file_errors.labels(source, reason)
+
+
+JOB_REFUSALS = ("job", "rank", "pg")
+"""Every ``what`` of ``sigwatch_job_series_refused_total``."""
+
+JOB_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "sigwatch_job_active": (
+        ("1 while the job is active on this node (a line from one of its streams within "
+        "[jobs] idle_seconds, one of them still followed)."), ("job",)),
+    "sigwatch_job_fault_first_seconds": (
+        ("Unix time of the first detection (severity >= warning) of a signature in the job on "
+        "this node: the line's own time when it has one."),
+        ("job", "rank", "signature", "owner", "severity")),
+    "sigwatch_job_fault_info": (
+        ("1 per first fault of a signature in the job: its line and the signature's fix "
+        "(control characters removed, each cut to 200 characters; dropped with the job)."),
+        ("job", "rank", "signature", "owner", "severity", "line", "fix")),
+    "sigwatch_job_rank_collective_seq": (
+        ("The NCCL watchdog's sequence numbers for a rank and process group: timed_out (the "
+        "work it reported failed or timed out), last_enqueued, last_completed."),
+        ("job", "rank", "pg", "kind")),
+    "sigwatch_job_rank_collective_report_seconds": (
+        ("Unix time of the rank's latest watchdog report of a failed or timed-out work, with "
+        "the work's op type."), ("job", "rank", "pg", "op")),
+    "sigwatch_job_rank_step": (
+        "The last training step the rank printed.", ("job", "rank")),
+    "sigwatch_job_rank_step_seconds": (
+        "The rank's latest step time in seconds.", ("job", "rank")),
+    "sigwatch_job_rank_last_progress_seconds": (
+        "Unix time of the rank's last progress line.", ("job", "rank")),
+}
+"""Gauges of the jobs active now: name -> (help, label names after ``node``)."""
+
+
+class JobCollector(Collector):
+    """The job gauges, computed at scrape time from the job book's rows.
+
+    A custom collector rather than labelled ``Gauge`` children: a job that ends is simply
+    absent from the next rows, so its series disappear without bookkeeping of label sets.
+    ``rows`` returns ``(metric name, label values after node, value)``.
+    """
+
+    def __init__(self, node: str,
+                 rows: Callable[[], Iterable[tuple[str, tuple[str, ...], float]]]) -> None:
+        self.node = node
+        self.rows = rows
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return list(self._families())
+
+    def _families(self) -> Iterator[GaugeMetricFamily]:
+        for name, (doc, labels) in JOB_GAUGES.items():
+            yield GaugeMetricFamily(name, doc, labels=["node", *labels])
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        families = {f.name: f for f in self._families()}
+        for name, labels, value in self.rows():
+            family = families.get(name)
+            if family is not None:
+                family.add_metric([self.node, *labels], value)
+        return list(families.values())

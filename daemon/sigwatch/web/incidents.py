@@ -10,8 +10,9 @@ not over); a ``resolved`` detection (progress resumed) closes it until it fires 
 Open incidents come first, the most severe first, then the most recent; the rest follow,
 newest first. Nothing here renders HTML (``pages.py`` does) or touches the server.
 
-Fields that later detections may carry (``job``, ``owner``, ``repeats``) are read when present,
-so an incident groups by job and counts folded repeats without a change here.
+An incident groups by job (``Detection.job``), and counts the repeats folding folded into
+it: a count update carries its incident's total so far (``occurrence``), and the highest total
+of each folded incident is what counts.
 """
 
 from __future__ import annotations
@@ -52,6 +53,25 @@ def _weight(d: Detection) -> int:
     return repeats if isinstance(repeats, int) and repeats > 0 else 1
 
 
+class _Occurrences:
+    """Occurrences counted per folded incident (``detectors/folding.py``): each count update
+    says the incident's total so far (``occurrence``), so the count is the highest total per
+    incident, which an update delivered twice (a restart after a crash) cannot inflate."""
+
+    __slots__ = ("_seen", "total")
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+        self.total = 0
+
+    def add(self, d: Detection) -> None:
+        episode = d.incident or d.event_id
+        known = self._seen.get(episode, 0)
+        now = max(known, d.occurrence if d.incident else 1)
+        self._seen[episode] = now
+        self.total += now - known
+
+
 def incident_key(d: Detection) -> tuple[str, str, str]:
     """(signature, source, job): what makes two detections the same incident on one node."""
     return (d.signature, d.source, detection_field(d, "job"))
@@ -82,6 +102,7 @@ class Incident:
     last_seen: float = 0.0
     ranks: list[str] = field(default_factory=list)
     fallout: dict[str, FalloutGroup] = field(default_factory=dict)
+    occurrences: _Occurrences = field(default_factory=_Occurrences)
     resolved: bool = False
     held_open: bool = False
     open: bool = False
@@ -108,7 +129,8 @@ class Incident:
             return
         if self.resolved:  # it fired again after a resolution: a new episode
             self.resolved = False
-        self.count += _weight(d)
+        self.occurrences.add(d)
+        self.count = self.occurrences.total
         self.severity = max(self.severity, d.severity)
         self.first_seen = min(self.first_seen, d.time) if self.count > 1 else d.time
         self.last_seen = max(self.last_seen, d.time)

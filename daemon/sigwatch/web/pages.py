@@ -452,6 +452,14 @@ class _Pages:
             rows.append(("Byte offset", str(d.offset)))
         if d.rank is not None:
             rows.append(("Rank", e(d.rank)))
+        if d.jobs:
+            rows.append(("Job" if len(d.jobs) == 1 else "Jobs", e(", ".join(d.jobs))))
+        if d.owner != "unknown":
+            rows.append(("Owner", e(d.owner)))
+        if d.incident:
+            rows.append(("Repeat", (f"{d.occurrence:,} of the incident opened by "
+                                   f'<a href="{e(detection_path(d.incident))}">'
+                                   f'<span class="mono">{e(d.incident)}</span></a>')))
         rows.extend((f"Capture {e(k)}", f'<span class="mono">{e(v)}</span>')
                     for k, v in d.captures)
         rows.extend((f"Label {e(k)}", e(v)) for k, v in d.labels)

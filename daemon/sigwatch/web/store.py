@@ -26,13 +26,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import structlog
 
-from sigwatch.model import Detection, Remediation, RootCause, Severity
+from sigwatch.model import Detection, Severity, detection_from_json
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -73,55 +72,6 @@ class Page:
     next_cursor: int | None
 
 
-def detection_from_json(doc: dict[str, Any], *, time: float | None = None, key: str = "",
-                        first_offset: int = -1) -> Detection:
-    """Rebuild a ``Detection`` from ``Detection.to_json()`` (plus what that shape leaves out).
-
-    ``to_json`` rounds the time to milliseconds and omits ``key`` and ``first_offset``; the
-    store keeps them beside the JSON so the rebuilt detection has the same ``event_id``.
-    Raises ``KeyError``, ``TypeError`` or ``ValueError`` on a malformed document.
-    """
-    rem = doc["remediation"]
-    root = doc.get("root_cause")
-    return Detection(
-        signature=str(doc["signature"]), title=str(doc["title"]),
-        severity=Severity.parse(str(doc["severity"])), status=str(doc["status"]),
-        source=str(doc["source"]), path=str(doc["path"]), stream_key=str(doc["stream"]),
-        line=_opt_int(doc.get("line")), offset=_opt_int(doc.get("offset")),
-        text=None if doc.get("text") is None else str(doc["text"]),
-        time=float(time) if time is not None else _parse_time(str(doc["time"])),
-        remediation=Remediation(summary=str(rem["summary"]),
-                                steps=tuple(str(s) for s in rem["steps"]),
-                                runbook=str(rem["runbook"]), action=str(rem["action"])),
-        context=tuple(str(c) for c in doc.get("context") or ()),
-        rank=None if doc.get("rank") is None else str(doc["rank"]),
-        captures=tuple((str(k), str(v)) for k, v in (doc.get("captures") or {}).items()),
-        labels=tuple((str(k), str(v)) for k, v in (doc.get("labels") or {}).items()),
-        root_cause=None if root is None else RootCause(
-            signature=str(root["signature"]), title=str(root["title"]),
-            text=str(root["text"]), path=str(root["path"]), offset=int(root["offset"])),
-        host=str(doc.get("host") or ""),
-        first_offset=first_offset,
-        about=str(doc.get("about") or ""),
-        key=key,
-        facts=tuple((str(k), str(v)) for k, v in (doc.get("facts") or {}).items()),
-        owner=str(doc.get("owner") or "unknown"),
-    )
-
-
-def _opt_int(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"expected an integer, got {value!r}"
-        raise TypeError(msg)
-    return value
-
-
-def _parse_time(text: str) -> float:
-    return datetime.fromisoformat(text).timestamp()
-
-
 def _record(seq: int, d: Detection) -> str:
     rec = {"v": _FORMAT, "seq": seq, "t": d.time, "key": d.key,
            "first_offset": d.first_offset, "detection": d.to_json()}
@@ -159,6 +109,9 @@ class DetectionStore:
         self._io_lock = threading.Lock()
         self._items: OrderedDict[str, StoredDetection] = OrderedDict()
         self._evicted: OrderedDict[str, None] = OrderedDict()
+        # A folded incident's latest count update (incident id -> its event id): only that one
+        # is kept, so a flood that lasts days takes two places in the ring, not thousands.
+        self._updates: dict[str, str] = {}
         self._next_seq = 1
         self._file: IO[str] | None = None
         self._lines_in_file = 0
@@ -179,17 +132,38 @@ class DetectionStore:
             if event_id in self._items or event_id in self._evicted:
                 self.duplicates += 1
                 return False
+            if detection.incident and not self._newer_update(detection):
+                self.duplicates += 1  # an older count than the one held (sent again)
+                return False
             seq = self._next_seq
             self._next_seq += 1
             self._items[event_id] = StoredDetection(seq, detection)
             while len(self._items) > self.capacity:
-                old, _ = self._items.popitem(last=False)
-                self._evicted[old] = None
-                if len(self._evicted) > self.capacity:
-                    self._evicted.popitem(last=False)
+                old, gone = self._items.popitem(last=False)
+                self._forget(old, gone)
         if self.path is not None:
             self._append(_record(seq, detection))
         return True
+
+    def _newer_update(self, d: Detection) -> bool:
+        """Make ``d`` its incident's held count update unless the one held is newer."""
+        held_id = self._updates.get(d.incident)
+        held = self._items.get(held_id) if held_id is not None else None
+        if held is not None:
+            if held.detection.occurrence > d.occurrence:
+                return False
+            del self._items[held.event_id]
+            self._forget(held.event_id, held)
+        self._updates[d.incident] = d.event_id
+        return True
+
+    def _forget(self, event_id: str, item: StoredDetection) -> None:
+        self._evicted[event_id] = None
+        if len(self._evicted) > self.capacity:
+            self._evicted.popitem(last=False)
+        incident = item.detection.incident
+        if incident and self._updates.get(incident) == event_id:
+            del self._updates[incident]
 
     def flush(self) -> None:
         """Make every added detection durable (fsync); cheap when nothing was added."""
@@ -311,10 +285,21 @@ class DetectionStore:
             pass
         except OSError as exc:
             log.error("status_store_unreadable", path=str(path), error=exc.strerror)
-        ordered = sorted(records.values(), key=lambda s: s.seq)[-self.capacity:]
+        latest: dict[str, StoredDetection] = {}
+        for rec in records.values():  # one count update per incident: the highest
+            incident = rec.detection.incident
+            if incident and (incident not in latest
+                             or rec.detection.occurrence > latest[incident].detection.occurrence):
+                latest[incident] = rec
+        kept = [r for r in records.values()
+                if not r.detection.incident or latest[r.detection.incident] is r]
+        ordered = sorted(kept, key=lambda s: s.seq)[-self.capacity:]
         for s in ordered:
             self._items[s.event_id] = s
-        self._next_seq = (ordered[-1].seq + 1) if ordered else 1
+            if s.detection.incident:
+                self._updates[s.detection.incident] = s.event_id
+        next_seq = max((r.seq for r in records.values()), default=0)
+        self._next_seq = next_seq + 1
         if self.skipped:
             log.warning("status_store_records_skipped", path=str(path), count=self.skipped)
         with self._io_lock:

@@ -1,0 +1,124 @@
+"""Diagnostics that report a failed check, in the forms the tools print.
+
+- ``nvidia-smi -q``: ``Pending : Yes`` under *Retired Pages* or *Remapped Rows*,
+  ``Remapping Failure Occurred : Yes``, ``Pending Page Blacklist : Yes``, ``Reset Required :
+  Yes``, ``Drain and Reset Recommended : Yes``; the table's ``ERR!`` fields (a GPU the driver
+  lost);
+- ``npu-smi info``: a chip whose *Health* is ``Alarm``, ``Critical`` or ``Warning``, and
+  ``npu-smi info -t health``'s ``Health Status : Alarm``;
+- ``ascend-dmi -dg``: an item whose result line is ``FAIL`` or ``..._WARN`` (its JSON form,
+  and other tools' JSON, as ``"result": "FAIL"``);
+- nccl-tests: a non-zero ``#wrong`` column in the result table (read with the table's own
+  header, see ``NcclTable``) and ``# Out of bounds values : N FAILED``;
+- compute-sanitizer / cuda-memcheck ``ERROR SUMMARY: N errors`` with N > 0; gpu-burn's
+  ``FAULTY``.
+
+DCGM (``dcgmi diag`` tables and JSON, ``dcgmi health``) is read by the DCGM signatures; this
+module does not repeat them. Passing checks (``Pending : No``, ``Health OK``, ``PASS``,
+``#wrong 0``, ``0 errors``) stay quiet.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sigwatch.detectors.generic._text import clip
+
+__all__ = ["FailedCheck", "NcclTable", "match_check"]
+
+
+@dataclass(frozen=True, slots=True)
+class FailedCheck:
+    """A diagnostic's failed check: which tool, what failed, and how bad (error|warning)."""
+
+    tool: str
+    check: str
+    severity: str
+
+
+_SMI_FLAG_RE = re.compile(
+    r"^\s*(?P<what>Pending(?: Page Blacklist| Page Retirement)?|Remapping Failure Occurred"
+    r"|Remapping [Pp]ending|Reset Required|Drain and Reset Recommended)\s*:\s*Yes\b")
+_SMI_ERR_RE = re.compile(r"^\|.{0,60}\bERR!")
+_NPU_TABLE_RE = re.compile(
+    r"^\|\s*\d{1,3}\s+[\w-]{2,20}\s*\|\s*(?P<health>Alarm|Critical|Warning|Error)\s*\|")
+_NPU_HEALTH_RE = re.compile(r"^\s*Health Status\s*:\s*(?P<health>Alarm|Critical|Warning|Error)\b")
+_DMI_RESULT_RE = re.compile(
+    r"^\s{2,}(?P<result>FAIL|EMERGENCY_WARN|IMPORTANT_WARN|GENERAL_WARN|WARN)\s*$")
+_DMI_ITEM_RE = re.compile(r"^\s{2,}(?P<item>[A-Za-z][\w ]{1,40}):\s*$")
+_JSON_RESULT_RE = re.compile(
+    r"\"(?P<key>[Rr]esult|[Ss]tatus|[Hh]ealth(?:[ _]?[Ss]tatus)?|test_result)\"\s*:\s*"
+    r"\"(?P<result>FAIL|FAILED|Fail|Failed|fail|failed|EMERGENCY_WARN|IMPORTANT_WARN|Alarm"
+    r"|Critical)\"")
+_OUT_OF_BOUNDS_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+FAILED")
+_SANITIZER_RE = re.compile(r"^=+ ERROR SUMMARY: (?P<n>\d+) errors?")
+_GPU_BURN_RE = re.compile(r"\bGPU \d{1,3}: FAULTY\b|^\s*\d{1,3}\.\d+%\s+proc'd:.*\bFAULTY\b")
+
+
+def match_check(text: str, previous: str = "") -> FailedCheck | None:
+    """The failed check ``text`` reports (``previous``: the line before it), or None."""
+    m = _SMI_FLAG_RE.match(text)
+    if m is not None:
+        return FailedCheck("nvidia-smi", f"{m.group('what')}: Yes", "error")
+    if _SMI_ERR_RE.match(text):
+        return FailedCheck("nvidia-smi", "a GPU reports ERR!", "error")
+    m = _NPU_TABLE_RE.match(text) or _NPU_HEALTH_RE.match(text)
+    if m is not None:
+        health = m.group("health")
+        return FailedCheck("npu-smi", f"health {health}",
+                           "warning" if health == "Warning" else "error")
+    m = _DMI_RESULT_RE.match(text)
+    if m is not None:
+        item = _DMI_ITEM_RE.match(previous)
+        if item is not None:
+            result = m.group("result")
+            return FailedCheck("ascend-dmi", f"{item.group('item')}: {result}",
+                               "error" if result in ("FAIL", "EMERGENCY_WARN") else "warning")
+        return None
+    m = _JSON_RESULT_RE.search(text)
+    if m is not None:
+        return FailedCheck("diagnostic", clip(f"{m.group('key')}: {m.group('result')}", 80),
+                           "error")
+    m = _OUT_OF_BOUNDS_RE.match(text)
+    if m is not None and int(m.group("n")) > 0:
+        return FailedCheck("nccl-tests", f"{m.group('n')} out of bounds values", "error")
+    m = _SANITIZER_RE.match(text)
+    if m is not None and int(m.group("n")) > 0:
+        return FailedCheck("compute-sanitizer", f"{m.group('n')} errors", "error")
+    if _GPU_BURN_RE.search(text):
+        return FailedCheck("gpu-burn", "FAULTY", "error")
+    return None
+
+
+_NCCL_HEADER_RE = re.compile(r"^#\s+(?:out-of-place|size)\b.*#wrong")
+_NCCL_ROW_RE = re.compile(r"^\s+\d+\s+\d+\s+\w+\s")
+
+
+class NcclTable:
+    """The result table of an nccl-tests run, read with the columns its header names.
+
+    ``#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw
+    #wrong`` (out-of-place, then in-place): a row whose ``#wrong`` is not 0 (or ``N/A`` for a
+    test that checks nothing) is a failed check.
+    """
+
+    def __init__(self, header: str) -> None:
+        names = header.lstrip("#").split()
+        self.wrong = [i for i, name in enumerate(names) if name == "#wrong"]
+        self.width = len(names)
+
+    @staticmethod
+    def header(text: str) -> bool:
+        return _NCCL_HEADER_RE.match(text) is not None
+
+    def row(self, text: str) -> FailedCheck | bool | None:
+        """A failed check, None for a passing row, False when the line is not a row."""
+        if not _NCCL_ROW_RE.match(text):
+            return False
+        cells = text.split()
+        bad = [cells[i] for i in self.wrong if i < len(cells)
+               and cells[i] not in ("0", "N/A")]
+        if not bad:
+            return None
+        return FailedCheck("nccl-tests", f"#wrong {bad[0]} at size {cells[0]}", "error")

@@ -1,0 +1,729 @@
+"""``GenericDetector``: failures caught by their shape, whatever their wording.
+
+One per-chunk detector reads four shapes (see the package docstring). Its interests join the
+runtime's single interest pass; a line none of them selects costs nothing here. A multi-line
+shape (a traceback, a faulthandler dump, an nccl-tests table) is read line by line from the
+chunk's bytes once its first line was selected, across chunks (``following``), and only for as
+long as it lasts.
+
+Detections are ranked below the signature library by the root-cause correlator
+(``detectors/rootcause.py``): a signature on the same line folds a crash, record or check
+detection away, and makes a traceback's detection its fallout (it still names the user's frame);
+a specific signature earlier on the stream becomes the root cause and lowers the generic
+detection to a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sigwatch.clock import Clock
+from sigwatch.detectors.base import (
+    Chunk,
+    ChunkLine,
+    LineEvent,
+    Part,
+    RecentLines,
+    StreamContext,
+)
+from sigwatch.detectors.generic._text import Frame, clip, literal_first, mask, signal_name
+from sigwatch.detectors.generic.checks import FailedCheck, NcclTable, match_check
+from sigwatch.detectors.generic.codes import Code, CodeTable
+from sigwatch.detectors.generic.native import Crash, match_crash
+from sigwatch.detectors.generic.records import Record, classify, level_of, parse_any
+from sigwatch.detectors.generic.tracebacks import (
+    HEADER_RE,
+    FaultReport,
+    LineIn,
+    Outcome,
+    Preceding,
+    Report,
+    TerminateReport,
+    TracebackReport,
+    bare_exception,
+    ended,
+    frame_line,
+)
+from sigwatch.detectors.templates import ERROR_INTEREST, strip_header
+from sigwatch.framing.normalize import normalize
+from sigwatch.model import Detection, Remediation, Severity, StreamInfo
+from sigwatch.patterns.kinds import content_of
+
+__all__ = [
+    "GENERIC_SIGNATURES",
+    "SHAPES",
+    "GenericDetector",
+]
+
+TRACEBACK = "generic_traceback"
+NATIVE_CRASH = "generic_native_crash"
+ERROR_RECORD = "generic_error_record"
+FAILED_CHECK = "generic_failed_check"
+GENERIC_SIGNATURES = (TRACEBACK, NATIVE_CRASH, ERROR_RECORD, FAILED_CHECK)
+"""The ``signature`` values the generic layer emits (a closed set)."""
+
+SHAPES = {"traceback": "fallout", "exception": "fold", "faulthandler": "fallout",
+          "native_crash": "fold", "error_record": "fold", "failed_check": "fold"}
+"""Each shape (the ``shape`` label) and what a signature detected on the same line does to it:
+``fold`` drops the generic detection, ``fallout`` keeps it as fallout naming the signature (a
+traceback or a faulthandler dump that names the user's frame says more than the line; an
+exception without a frame of the user's code does not)."""
+
+# Lines a shape can start on: those the error-word trie selects (its words and the shapes'
+# own, ``templates.SHAPE_LITERALS``: one alternation shared with the novel-error detector) and
+# one-letter levels of glog/absl/c10 (``E1120 12:00:00``, ``[E321 02:07:08``), TensorFlow
+# (``E path/file.cc:12]``), c10 (``[E socket.cpp:610]``), TensorRT (``[E] ``), ``[ERR]`` and
+# Ray's spdlog (``E 4567 89]``, ``C`` for critical). Every branch starts with a byte the trie
+# already starts on, so the pass has no more candidate positions than the trie alone.
+# The same patterns gate ``_shapes`` on each line's text, in both drivers: a line no interest
+# selects never starts a shape, so the per-chunk driver (which never sees it) and the per-line
+# one agree by construction, and lines read while following a traceback skip the shapes at once.
+_INTEREST = re.compile(
+    rb"E(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9]|\] |RR\]| [0-9]+ [0-9]+\])"
+    rb"|F(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9])|C [0-9]+ [0-9]+\]")
+_EVERY_LINE = re.compile(rb"^(?!\Z)", re.M)
+
+_HARNESS_RE = re.compile(r"={3,} test session starts ={3,}|^-{3,} Captured (?:stdout|stderr|log) "
+                         r"(?:call|setup|teardown) -{3,}")
+_FAULT_RE = re.compile(r"^Fatal Python error: (?P<reason>\S.{0,200})$")
+# The three below are written in lowercase and matched on the lowercased message
+# (``literal_first``: ``re.IGNORECASE`` would defeat its skipping).
+EXIT_WORDS = (r"exit(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]|exitcode\s*[:=]\s*"
+              r"-?[1-9]|non-zero (?:exit|status)|returned non-zero"
+              r"|\breturn(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]")
+# Words that make an unclassified error record a failure: the process ran out of a resource,
+# crashed, or hit a fault it cannot recover from.
+STRONG_WORDS = (
+    r"out of (?:host |device )?memory|\boom\b|cannot allocate memory|too many open files"
+    r"|no space left|bus error|segmentation fault|core dumped|\bkilled\b|illegal (?:memory "
+    r"access|instruction|address)|unrecoverable|uncorrectable|fallen off the bus|device lost"
+    r"|\bdeadlock|显存不足|内存不足|空间不足")
+# Records that report no failure: retries, deprecations, counters at zero, known start-up noise.
+BENIGN_WORDS = (
+    r"\bwill (?:be )?retr(?:y|ied)\b|\bretrying\b|\bretry(?:ing)? (?:in|after|#?\d)"
+    r"|\battempt \d{1,4}\s*(?:/|of)\s*\d|deprecat|\b(?:no|0|zero) (?:errors|failures)\b"
+    r"|\b(?:errors?|failures?|failed)\s*[:=]\s*0\b|(?:can|may) (?:be )?(?:safely )?ignored"
+    r"|\bsucce(?:ss|ssfully|eded)\b|unable to register cu(?:dnn|fft|blas) factory"
+    r"|delay kernel timed out|grpc_wait_for_shutdown|\bnot an error\b")
+_EXIT_RE = re.compile(literal_first(EXIT_WORDS))
+_STRONG_RE = re.compile(literal_first(STRONG_WORDS))
+_BENIGN_RECORD_RE = re.compile(literal_first(BENIGN_WORDS))
+
+# Exceptions of the language itself: raised from the user's own frame they are the job's bug
+# (a framework's or runtime's exception may be the node's or the fabric's: owner unknown).
+_BUILTIN_EXCEPTIONS = frozenset({
+    "ValueError", "KeyError", "TypeError", "AssertionError", "IndexError", "AttributeError",
+    "NameError", "ZeroDivisionError", "StopIteration", "FileNotFoundError", "ImportError",
+    "ModuleNotFoundError", "NotImplementedError", "RecursionError", "SyntaxError",
+    "IndentationError", "UnboundLocalError", "LookupError", "ArithmeticError",
+    "IsADirectoryError", "NotADirectoryError", "UnicodeDecodeError", "UnicodeEncodeError",
+    "JSONDecodeError",
+})
+MAX_KEYS = 1024
+MAX_INFO_PER_HOUR = 20
+MAX_PENDING = 8
+RECORD_WINDOW = 50  # lines after an information-only record in which the process may end
+# Shapes whose detection says the process (or a check) ended: records just before are raised.
+_ENDINGS = frozenset({"traceback", "exception", "faulthandler", "native_crash"})
+
+
+@dataclass(slots=True)
+class _StreamState:
+    """What the detector keeps per stream handle."""
+
+    info: StreamInfo
+    content: str = "mixed"  # kernel | job | mixed (see sigwatch.patterns.kinds)
+    reports: dict[str | None, Report] = field(default_factory=dict)
+    table: NcclTable | None = None
+    harness: bool = False
+    fired: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    crash_until: int = -1  # crash lines up to this line number are part of one crash
+    info_times: list[float] = field(default_factory=list)
+    # Records that are information only unless the process ends right after them.
+    pending: list[_Pending] = field(default_factory=list)
+
+    def following(self) -> bool:
+        return bool(self.reports) or self.table is not None or bool(self.pending)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An information-only record waiting a few lines: is it followed by the process ending?"""
+
+    found: _Found
+    deadline: float
+    lines: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A detection in the making (turned into a ``Detection`` with the stream's identity)."""
+
+    signature: str
+    title: str
+    severity: Severity
+    line: LineIn
+    shape: str
+    key: str
+    remediation: Remediation
+    captures: tuple[tuple[str, str], ...] = ()
+    facts: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    owner: str = "unknown"
+    context: tuple[str, ...] = ()
+    wait: bool = False  # wait a few lines: raised to a warning if the process ends after it
+
+
+_TB_REMEDY = Remediation(
+    summary="A Python process (or thread) ended on an uncaught exception.",
+    steps=(
+        ("Read the exception and the innermost frame of your code it names; the frames above "
+         "it in the log show how it got there."),
+        "If a specific signature is named as the root cause, follow its fix first.",
+        ("A chained exception names its cause first: the first exception of the chain is often "
+         "the real error."),
+    ),
+    action="investigate")
+_CRASH_REMEDY = Remediation(
+    summary="A process died of a fatal signal or aborted.",
+    steps=(
+        ("SIGKILL (Killed, exit 137, -9) is most often the kernel's or the scheduler's OOM "
+         "killer: look for an OOM line before it and for the job's memory limit."),
+        ("SIGSEGV/SIGBUS/SIGABRT: a native library crashed; rerun with PYTHONFAULTHANDLER=1 "
+         "for the Python stack and with core dumps for the native one."),
+        ("If it repeats at random steps on one node only, suspect the node (memory errors) and "
+         "drain it."),
+    ),
+    action="investigate")
+_RECORD_REMEDY = Remediation(
+    summary="A component logged an error record.",
+    steps=(
+        "Read the record and the lines around it: is the job affected?",
+        ("A documented vendor code is named with its meaning; look it up in the vendor's "
+         "error reference for the fix."),
+        "If it is a recurring failure mode, write a signature for it (patterns/AUTHORING.md).",
+    ),
+    action="investigate")
+_CHECK_REMEDY = Remediation(
+    summary="A diagnostic reported a failed check.",
+    steps=(
+        "Read the diagnostic's output for the failed item and the device it names.",
+        ("Pending row remapping or page retirement, ERR! fields and failed health checks need "
+         "the GPU/NPU reset or the node drained; rerun the diagnostic after the reset."),
+        ("A non-zero #wrong in nccl-tests means corrupted collective results: test the node "
+         "pair by pair to find the bad link or GPU."),
+    ),
+    action="investigate")
+
+
+class GenericDetector:
+    """The generic layer as one per-chunk detector (see the module docstring)."""
+
+    name = "generic"
+    held_gives_way = True  # see ``Detector.held``: below every other detection on its line
+
+    def __init__(self, clock: Clock, *, codes: CodeTable | None = None, host: str = "",
+                 status: str = "stable", record_status: str = "test",
+                 hold_seconds: float = 30.0, window_lines: int = 25,
+                 dedupe_seconds: float = 600.0, crash_lines: int = 60) -> None:
+        """``status``: of the detections of a process or a check that failed (they page like
+        any stable signature); ``record_status``: of error records, the shape with the highest
+        false-alarm risk (``test``: sent to Alertmanager's non-paging route).
+        ``hold_seconds``: how long a finished traceback waits for the lines that say
+        whether the process went on; ``window_lines``: how many lines of its rank it reads
+        for that; ``dedupe_seconds``: a finding with the same key on a stream is reported once
+        in this time; ``crash_lines``: later crash lines this close belong to the same crash."""
+        self.clock = clock
+        self.codes = codes if codes is not None else CodeTable()
+        self.host = host
+        self.status = status
+        self.record_status = record_status
+        self.hold = hold_seconds
+        self.window = window_lines
+        self.dedupe = dedupe_seconds
+        self.crash_lines = crash_lines
+        self._streams: dict[int, _StreamState] = {}
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    @property
+    def interest(self) -> re.Pattern[bytes] | None:
+        """Every line, for the per-line driver (a traceback's lines carry no literal)."""
+        return _EVERY_LINE
+
+    @property
+    def interests(self) -> tuple[re.Pattern[bytes], ...]:
+        return (ERROR_INTEREST, _INTEREST)
+
+    def following(self, handle: int) -> bool:
+        """True while a multi-line shape of this stream is being read."""
+        st = self._streams.get(handle)
+        return st is not None and st.following()
+
+    def on_open(self, stream: StreamContext) -> None:
+        self._streams[stream.handle] = _StreamState(stream.info, content_of(stream.kind))
+
+    def on_close(self, stream: StreamContext, *, clean: bool) -> Sequence[Detection]:
+        _ = clean
+        st = self._streams.pop(stream.handle, None)
+        if st is None:
+            return ()
+        out: list[Detection] = []
+        for report in list(st.reports.values()):
+            out.extend(self._finish(st, report))
+        st.reports.clear()
+        out.extend(self._settle(st, "close"))
+        return out
+
+    def tick(self, now: float) -> Sequence[Detection]:
+        out: list[Detection] = []
+        for st in self._streams.values():
+            for rank, report in list(st.reports.items()):
+                if report.deadline is not None and report.deadline <= now:
+                    del st.reports[rank]
+                    out.extend(self._finish(st, report))
+            out.extend(self._settle(st, "time", now=now))
+        return out
+
+    def next_deadline(self) -> float | None:
+        deadlines = [r.deadline for st in self._streams.values() for r in st.reports.values()
+                     if r.deadline is not None]
+        deadlines += [p.deadline for st in self._streams.values() for p in st.pending]
+        return min(deadlines) if deadlines else None
+
+    def replay_floor(self, handle: int) -> tuple[int, int] | None:
+        st = self._streams.get(handle)
+        if st is None:
+            return None
+        starts = [r.start for r in st.reports.values()]
+        starts += [(p.found.line.offset, p.found.line.lineno) for p in st.pending]
+        return min(starts) if starts else None
+
+    def held(self, handle: int) -> tuple[int, ...]:
+        st = self._streams.get(handle)
+        if st is None:
+            return ()
+        held = {o for r in st.reports.values() if (o := r.held()) is not None}
+        held.update(p.found.line.offset for p in st.pending)
+        return tuple(sorted(held))
+
+    def snapshot(self) -> object:
+        return None  # open readings are rebuilt by replaying from ``replay_floor``
+
+    def restore(self, state: object) -> None:
+        _ = state
+
+    def on_line(self, event: LineEvent) -> Sequence[Detection]:
+        st = self._state(event.stream)
+        line = LineIn(event.line.text, event.line.rank, event.line.lineno, event.line.offset)
+        return self._take(st, line, _Before(event.recent, line.rank))
+
+    def on_chunk(self, chunk: Chunk, mask_bits: int) -> Sequence[Detection]:
+        st = self._state(chunk.stream)
+        out: list[Detection] = []
+        data = chunk.data
+        size = len(data)
+        lines = chunk.select(mask_bits)
+        by_start = {ln.start: ln for ln in lines}
+        pos, lineno, idx = 0, chunk.base_lineno, 0
+        while True:
+            if st.following():
+                if pos >= size:
+                    break
+                end = data.find(b"\n", pos)
+                end = size if end == -1 else end
+                lineno += 1
+                known = by_start.get(pos)
+                out.extend(self._chunk_line(st, chunk, pos, end, lineno, known))
+                pos = end + 1
+                continue
+            while idx < len(lines) and lines[idx].start < pos:
+                idx += 1
+            if idx >= len(lines):
+                break
+            known = lines[idx]
+            idx += 1
+            out.extend(self._chunk_line(st, chunk, known.start, known.end, known.lineno, known))
+            pos, lineno = known.end + 1, known.lineno
+        return out
+
+    def _chunk_line(self, st: _StreamState, chunk: Chunk, start: int, end: int, lineno: int,
+                    known: ChunkLine | None) -> list[Detection]:
+        if known is not None:
+            parts = chunk.parts(known)
+        else:
+            raw = chunk.data[start:end].decode("utf-8", "replace")
+            parts = [Part(rank, text) for rank, text in normalize(raw)]
+        recent = chunk.before(start)
+        out: list[Detection] = []
+        for part in parts:
+            line = LineIn(part.text, part.rank, lineno, chunk.base + start)
+            out.extend(self._take(st, line, _Before(recent, part.rank)))
+        return out
+
+    # -- one part of one line ------------------------------------------------------------------
+
+    def _state(self, stream: StreamContext) -> _StreamState:
+        st = self._streams.get(stream.handle)
+        if st is None:
+            st = _StreamState(stream.info, content_of(stream.kind))
+            self._streams[stream.handle] = st
+        return st
+
+    def _take(self, st: _StreamState, line: LineIn,
+              before: Callable[[int], list[str]]) -> list[Detection]:
+        now = self.clock.monotonic()
+        out: list[Detection] = []
+        if st.pending:
+            if ended(line.text):
+                out.extend(self._settle(st, "ended", clip(line.text, 160)))
+            else:
+                out.extend(self._settle(st, "line"))
+        for rank, other in list(st.reports.items()):
+            if rank != line.rank:
+                other.observe(line)
+                if other.finished:
+                    del st.reports[rank]
+                    out.extend(self._finish(st, other))
+        report = st.reports.get(line.rank)
+        if report is not None:
+            report.others = 0
+            consumed = report.feed(line, now)
+            if report.finished:
+                del st.reports[line.rank]
+                out.extend(self._finish(st, report))
+            if consumed:
+                return out
+        if st.table is not None:
+            row = st.table.row(line.text)
+            if row is None:
+                return out
+            if isinstance(row, FailedCheck):
+                out.extend(self._emit(st, self._check(row, line)))
+                return out
+            if not line.text.startswith("#"):
+                st.table = None
+        out.extend(self._shapes(st, line, before, now))
+        return out
+
+    def _shapes(self, st: _StreamState, line: LineIn, before: Callable[[int], list[str]],
+                now: float) -> list[Detection]:
+        text = line.text
+        encoded = text.encode("utf-8", "replace")
+        if _INTEREST.search(encoded) is None and ERROR_INTEREST.search(encoded) is None:
+            return []  # no shape starts on a line none of the interests selects
+        if _HARNESS_RE.search(text):
+            st.harness = True
+            return []
+        in_traceback = isinstance(st.reports.get(line.rank), TracebackReport)
+        header = HEADER_RE.search(text)
+        if header is not None and not in_traceback:
+            out = self._close_rank(st, line.rank)
+            st.reports[line.rank] = TracebackReport(
+                line, self._preceding(st, before), window=self.window, hold=self.hold, now=now,
+                group=header.group("kind") == "Exception Group ")
+            return out
+        fault = _FAULT_RE.match(text.strip())
+        if fault is not None:
+            out = self._close_rank(st, line.rank)
+            st.reports[line.rank] = FaultReport(line, fault.group("reason"), hold=self.hold,
+                                                now=now)
+            return out
+        if NcclTable.header(text):
+            st.table = NcclTable(text)
+            return []
+        crash = match_crash(text)
+        if crash is not None:
+            if crash.quiet or (crash.kernel and st.content == "job"):
+                return []  # Ctrl-C; a kernel message quoted in a job's output
+            if crash.kind == "abort" and text.lstrip().startswith("terminate called"):
+                out = self._close_rank(st, line.rank)
+                if line.lineno > st.crash_until:
+                    st.reports[line.rank] = TerminateReport(line, hold=self.hold, now=now)
+                return out
+            return self._emit(st, self._crash(st, crash, line))
+        check = match_check(text, (before(1) or [""])[-1] if text.startswith(" ") else "")
+        if check is not None:
+            return self._emit(st, self._check(check, line))
+        bare = strip_header(text)
+        stripped = text.strip()
+        if not in_traceback:  # else: the traceback's message, or its own output
+            exc = bare_exception(bare.strip())
+            if exc is not None or frame_line(bare):
+                out = self._close_rank(st, line.rank)
+                st.reports[line.rank] = TracebackReport(
+                    line, self._preceding(st, before), window=self.window, hold=self.hold,
+                    now=now, exc=exc)
+                return out
+        record = parse_any(text)
+        if record is not None:
+            if record.level in ("error", "fatal"):
+                return self._emit(st, self._record(st, record, line, now))
+            return []
+        codes = [c for c in self.codes.find(text) if c.strong]
+        if codes:
+            record = Record("error", "code", codes[0].family, stripped)
+            return self._emit(st, self._record(st, record, line, now, codes))
+        return []
+
+    def _close_rank(self, st: _StreamState, rank: str | None) -> list[Detection]:
+        """Finish what is open on ``rank`` before another reading starts there."""
+        report = st.reports.pop(rank, None)
+        return self._finish(st, report) if report is not None else []
+
+    def _preceding(self, st: _StreamState, before: Callable[[int], list[str]]) -> Preceding:
+        return Preceding(quiet="test harness") if st.harness else Preceding.of(before(2),
+                                                                                level_of)
+
+    # -- findings -------------------------------------------------------------------------------
+
+    def _finish(self, st: _StreamState, report: Report) -> list[Detection]:
+        if isinstance(report, TracebackReport):
+            outcome = report.outcome()
+            if outcome.exc is None:
+                return []
+            return self._emit(st, self._traceback(outcome))
+        if isinstance(report, FaultReport):
+            st.crash_until = report.line.lineno + self.crash_lines
+            return self._emit(st, self._faulthandler(report))
+        if isinstance(report, TerminateReport):
+            if report.line.lineno <= st.crash_until:
+                return []
+            st.crash_until = report.line.lineno + self.crash_lines
+            what = report.what
+            summary = clip(report.line.text.strip() + (f": {what}" if what else ""), 300)
+            crash = Crash("abort", 6, summary)
+            return self._emit(st, self._crash(st, crash, report.line, fold_window=False,
+                                              what=what))
+        return []
+
+    def _traceback(self, outcome: Outcome) -> _Found:
+        exc = outcome.exc
+        assert exc is not None
+        thread = outcome.context == "thread"
+        title = ("Python Thread Died On An Uncaught Exception" if thread
+                 else "Python Process Ended On An Uncaught Exception")
+        captures: list[tuple[str, str]] = [("exception", exc.cls)]
+        if exc.message:
+            captures.append(("message", exc.message))
+        if outcome.frame is not None:
+            captures.append(("frame", outcome.frame.describe()))
+        if outcome.cause is not None:
+            captures.append(("cause", clip(outcome.cause.describe, 200)))
+        facts = [*captures, ("chain", str(outcome.chain))]
+        if exc.inner:
+            facts.append(("wrapped", exc.inner))
+        if outcome.evidence:
+            facts.append(("ended", outcome.evidence))
+        facts.extend(self._code_facts(exc.message))
+        where = f" at {outcome.frame.describe()}" if outcome.frame is not None else ""
+        summary = clip(f"{exc.describe}{where}", 300)
+        key = "|".join(("tb", exc.cls, mask(exc.message, quoted=True),
+                        _frame_key(outcome.frame)))
+        shape = "traceback" if outcome.frame is not None else "exception"
+        owner = ("user" if outcome.frame is not None
+                 and exc.cls.rsplit(".", 1)[-1] in _BUILTIN_EXCEPTIONS else "unknown")
+        return _Found(TRACEBACK, title, Severity.WARNING if thread else Severity.ERROR, exc.line,
+                      "traceback", key, _with_summary(_TB_REMEDY, summary),
+                      captures=tuple(captures), facts=tuple(facts), owner=owner,
+                      labels=(("layer", "generic"), ("shape", shape)),
+                      context=outcome.lines)
+
+    def _faulthandler(self, report: FaultReport) -> _Found:
+        frame = report.frame()
+        captures: list[tuple[str, str]] = [("reason", report.reason)]
+        if frame is not None:
+            captures.append(("frame", frame.describe()))
+        where = f" at {frame.describe()}" if frame is not None else ""
+        summary = clip(f"Fatal Python error: {report.reason}{where}", 300)
+        key = "|".join(("fault", mask(report.reason), _frame_key(frame)))
+        return _Found(NATIVE_CRASH, "Python Interpreter Crashed (Fatal Python Error)",
+                      Severity.ERROR, report.line, "faulthandler", key,
+                      _with_summary(_CRASH_REMEDY, summary), captures=tuple(captures),
+                      facts=tuple(captures),
+                      labels=(("layer", "generic"),
+                              ("shape", "faulthandler" if frame is not None else "native_crash")))
+
+    def _crash(self, st: _StreamState, crash: Crash, line: LineIn, *, fold_window: bool = True,
+               what: str = "") -> _Found | None:
+        if fold_window:
+            if line.lineno <= st.crash_until:
+                return None
+            st.crash_until = line.lineno + self.crash_lines
+        captures: list[tuple[str, str]] = [("kind", crash.kind)]
+        if crash.signal is not None:
+            captures.append(("signal", signal_name(crash.signal)))
+        if what:
+            captures.append(("what", what))
+        if crash.kind == "exit":
+            severity, title = Severity.WARNING, "Process Exited With A Failure Status"
+        elif crash.fatal:
+            severity, title = Severity.ERROR, "Process Crashed (Fatal Signal Or Abort)"
+        else:
+            severity, title = Severity.INFO, "Process Stopped By A Signal"
+        facts = [*captures, *self._code_facts(what or line.text)]
+        key = "|".join(("crash", crash.kind, str(crash.signal), mask(what or crash.summary)))
+        return _Found(NATIVE_CRASH, title, severity, line, "native_crash", key,
+                      _with_summary(_CRASH_REMEDY, crash.summary), captures=tuple(captures),
+                      facts=tuple(facts),
+                      labels=(("layer", "generic"), ("shape", "native_crash")))
+
+    def _record(self, st: _StreamState, record: Record, line: LineIn, now: float,
+                codes: list[Code] | None = None) -> _Found | None:
+        message = record.message
+        lowered = message.lower()
+        if _BENIGN_RECORD_RE.search(lowered):
+            return None
+        component = classify(record)
+        if codes is None:
+            codes = self.codes.find(message)
+        if codes and component == "other":
+            component = codes[0].component
+        if st.harness:
+            severity = Severity.INFO  # a test harness's captured log: the test's, not the node's
+        elif record.level == "fatal":
+            severity = Severity.ERROR
+        elif (component != "other" or codes or _EXIT_RE.search(lowered)
+              or _STRONG_RE.search(lowered)):
+            severity = Severity.WARNING
+        else:
+            severity = Severity.INFO
+            st.info_times = [t for t in st.info_times if now - t < 3600.0]
+            if len(st.info_times) >= MAX_INFO_PER_HOUR:
+                return None
+            st.info_times.append(now)
+        template = mask(message, quoted=True)
+        captures: list[tuple[str, str]] = [("component", component), ("level", record.level),
+                                           ("template", template)]
+        if record.source:
+            captures.append(("source", clip(record.source, 120)))
+        facts = [*captures, ("format", record.form), *self._code_facts(message, codes)]
+        if codes:
+            captures.extend((("code", codes[0].name), ("meaning", codes[0].meaning)))
+        what = f"{codes[0].name} ({codes[0].meaning}): " if codes else ""
+        summary = clip(f"{record.level.upper()} from {component.replace('_', ' ')}: {what}"
+                       f"{message}", 300)
+        title = ("Fatal Log Record" if record.level == "fatal" else "Error Log Record") + \
+            f" ({_COMPONENT_TITLES[component]})"
+        key = "|".join(("record", component, record.level, template))
+        found = _Found(ERROR_RECORD, title, severity, line, "error_record", key,
+                       _with_summary(_RECORD_REMEDY, summary), captures=tuple(captures),
+                       facts=tuple(facts),
+                       labels=(("layer", "generic"), ("shape", "error_record"),
+                               ("component", component)))
+        if severity == Severity.INFO and not st.harness:
+            return dataclasses.replace(found, wait=True)
+        return found
+
+    def _check(self, check: FailedCheck, line: LineIn) -> _Found:
+        captures = (("tool", check.tool), ("check", check.check))
+        owner = "node" if check.tool in ("nvidia-smi", "npu-smi", "ascend-dmi",
+                                         "gpu-burn") else "unknown"
+        severity = Severity.ERROR if check.severity == "error" else Severity.WARNING
+        key = "|".join(("check", check.tool, mask(check.check)))
+        return _Found(FAILED_CHECK, "Diagnostic Reports A Failed Check", severity, line,
+                      "failed_check", key,
+                      _with_summary(_CHECK_REMEDY, f"{check.tool}: {check.check}"),
+                      captures=captures, facts=captures, owner=owner,
+                      labels=(("layer", "generic"), ("shape", "failed_check")))
+
+    def _code_facts(self, text: str,
+                    codes: list[Code] | None = None) -> list[tuple[str, str]]:
+        found = codes if codes is not None else self.codes.find(text)
+        return [(f"code {c.name}", f"{c.family}: {c.meaning}") for c in found[:3]]
+
+    def _emit(self, st: _StreamState, found: _Found | None) -> list[Detection]:
+        if found is None or not self._fresh(st, found.key):
+            return []
+        out: list[Detection] = []
+        if found.wait:  # information only, unless the process ends right after it
+            if len(st.pending) >= MAX_PENDING:
+                out.extend(self._settle(st, "overflow"))
+            st.pending.append(_Pending(found, self.clock.monotonic() + self.hold))
+            return out
+        if st.pending and found.severity >= Severity.WARNING and found.shape in _ENDINGS:
+            out.extend(self._settle(st, "ended", clip(found.line.text, 160)))  # they came first
+        out.append(self._detection(st, found))
+        return out
+
+    def _fresh(self, st: _StreamState, key: str) -> bool:
+        """True (and remembered) unless the same finding was reported on this stream lately."""
+        now = self.clock.monotonic()
+        seen = st.fired.get(key)
+        if seen is not None and now - seen < self.dedupe:
+            return False
+        st.fired[key] = now
+        st.fired.move_to_end(key)
+        while len(st.fired) > MAX_KEYS:
+            st.fired.popitem(last=False)
+        return True
+
+    def _settle(self, st: _StreamState, why: str, ended: str = "",
+                now: float = 0.0) -> list[Detection]:
+        """Decide the records waiting on ``st``: each becomes a warning naming ``ended`` when
+        the process ended (``why`` = "ended"), or information when its window is over ("line":
+        one more line passed; "time": ``now`` reached; "close": the stream ended; "overflow":
+        the oldest makes room)."""
+        out: list[Detection] = []
+        keep: list[_Pending] = []
+        for i, waiting in enumerate(st.pending):
+            found = waiting.found
+            if why == "line":
+                waiting.lines += 1
+            if why == "ended":
+                out.append(self._detection(st, _Found(
+                    found.signature, found.title, Severity.WARNING, found.line, found.shape,
+                    found.key, found.remediation, found.captures,
+                    (*found.facts, ("ended", ended)), found.labels, found.owner)))
+            elif (why == "close" or (why == "overflow" and i == 0)
+                  or (why == "line" and waiting.lines >= RECORD_WINDOW)
+                  or (why == "time" and waiting.deadline <= now)):
+                out.append(self._detection(st, found))
+            else:
+                keep.append(waiting)
+        st.pending = keep
+        return out
+
+    def _detection(self, st: _StreamState, found: _Found) -> Detection:
+        info = st.info
+        line = found.line
+        return Detection(
+            signature=found.signature, title=found.title, severity=found.severity,
+            status=self.record_status if found.signature == ERROR_RECORD else self.status,
+            source=info.source, path=info.path, stream_key=info.key,
+            line=line.lineno, offset=line.offset, text=line.text, time=self.clock.time(),
+            remediation=found.remediation, context=found.context, rank=line.rank,
+            captures=found.captures, labels=found.labels, host=self.host, facts=found.facts,
+            owner=found.owner)
+
+
+_COMPONENT_TITLES = {
+    "accelerator_runtime": "Accelerator Runtime", "collective": "Collective Library",
+    "interconnect": "Interconnect", "storage": "Storage", "scheduler": "Scheduler",
+    "container_runtime": "Container Runtime", "other": "Other Component",
+}
+
+
+class _Before:
+    """The lines before the current one, of its rank (read only when a shape asks)."""
+
+    __slots__ = ("_rank", "_recent")
+
+    def __init__(self, recent: RecentLines, rank: str | None) -> None:
+        self._recent, self._rank = recent, rank
+
+    def __call__(self, count: int) -> list[str]:
+        return self._recent.before(count, self._rank)
+
+
+def _frame_key(frame: Frame | None) -> str:
+    return f"{frame.path}:{frame.func}" if frame is not None else "-"
+
+
+def _with_summary(base: Remediation, summary: str) -> Remediation:
+    return Remediation(summary=f"{base.summary} {summary}", steps=base.steps,
+                       runbook=base.runbook, action=base.action)

@@ -1,0 +1,256 @@
+"""Error- and fatal-level records in the log formats training stacks write, and their component.
+
+``parse_record`` reads one line (launcher prefix already removed) and returns a ``Record`` when
+the line is a log record at error level or above, in one of the formats below; ``classify``
+names the component the record is about from its vocabulary. The formats were read from the
+projects' own format strings:
+
+- Python ``logging``: ``ERROR:name:msg`` (``BASIC_FORMAT``) and any format that puts the level
+  near the start after a timestamp and a name (``2024-.. - name - ERROR - msg``,
+  ``[2024-..][ERROR] msg``, vLLM's ``ERROR 01-02 12:00:00 [file.py:12] msg``, Ray's
+  ``2024-..\\tERROR worker.py:12 -- msg``, Hugging Face's ``[ERROR|file.py:12] ...``);
+- glog / absl / klog: ``E1120 12:00:00.123456  1234 file.cc:12] msg`` (and ``F``), TensorFlow's
+  ``2024-..: E path/file.cc:12] msg``, PyTorch c10's ``[E socket.cpp:610] msg``;
+- loguru: ``2024-.. | ERROR    | module:function:12 - msg``;
+- Ray's C++ (spdlog) logs: ``[2024-.. 12:00:00,123 E 1234 5678] file.cc:12: msg``;
+- CANN plog and MindSpore: ``[ERROR] RUNTIME(1234,python):2024-.. [file.cc:12]... msg``,
+  ``[ERROR] ME(1234:...,MainProcess):2024-.. [file.cc:12] func] msg``;
+- TensorRT / TensorRT-LLM: ``[TRT] [E] msg``, ``[TensorRT-LLM][ERROR] msg``;
+- Go: logrus / logfmt / slog ``level=error msg="..."``, zap JSON ``"level":"error"``;
+- programs: ``srun: error: msg``, ``slurmstepd: error: msg``, ``docker: Error response from
+  daemon: msg``, ``nvidia-container-cli: initialization error: msg``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sigwatch.detectors.generic._text import literal_first
+
+__all__ = ["COMPONENTS", "Record", "classify", "level_of", "parse_any", "parse_record"]
+
+COMPONENTS = ("accelerator_runtime", "collective", "interconnect", "storage", "scheduler",
+              "container_runtime", "other")
+"""The closed set of components a record is classified into (a label value)."""
+
+_LEVELS = {
+    "F": "fatal", "C": "fatal", "CRITICAL": "fatal", "CRIT": "fatal", "FATAL": "fatal",
+    "EXCEPTION": "fatal", "SEVERE": "fatal", "EMERG": "fatal", "ALERT": "fatal",
+    "PANIC": "fatal", "DPANIC": "fatal",
+    "E": "error", "ERROR": "error", "ERR": "error",
+    "W": "warning", "WARNING": "warning", "WARN": "warning",
+    "I": "info", "INFO": "info", "NOTICE": "info", "EVENT": "info",
+    "D": "debug", "DEBUG": "debug", "T": "debug", "TRACE": "debug", "V": "debug",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One log record at error level or above."""
+
+    level: str  # "debug" | "info" | "warning" | "error" | "fatal"
+    form: str  # which format: glog, python, loguru, ray, cann, bracket, logfmt, json, program
+    source: str  # the logger, module, file or program the record names ("" when none)
+    message: str
+
+
+def _level(token: str) -> str:
+    """The level a format's token names ("" for a word that is not a level)."""
+    return _LEVELS.get(token.strip('"').upper(), "")
+
+
+_GLOG_RE = re.compile(
+    # an envelope glog does not write may come first ("(pid=raylet) ", "[80748] [rank0]:")
+    r"^(?:[^\s]{0,40}[\s\]:)]{1,2}){0,3}?\[?(?P<L>[IWEF])\d{3,4} \d\d:\d\d:\d\d+(?:\.\d+)?"
+    r"(?:\s+\d+){0,2}\s+(?P<src>[^\s:\]]{1,160}):\d{1,6}\]\s?(?P<msg>.*)$")
+_TF_RE = re.compile(
+    r"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: |\s+)(?P<L>[IWEF]) (?P<src>[\w./-]{1,160}):\d{1,6}\]"
+    r" ?(?P<msg>.*)$")
+_C10_RE = re.compile(r"^\[(?P<L>[IWEF]) (?P<src>[\w.]{1,80}):\d{1,6}\] ?(?P<msg>.*)$")
+_RAY_RE = re.compile(
+    r"^(?:\([\w.=-]{1,40}\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<L>[TDIWEC]) \d+ \d+\]\s*"
+    r"(?:\([\w.=-]{1,40}\)\s*)?(?:(?P<src>[\w.]{1,80}):\d{1,6}:\s*)?(?P<msg>.*)$")
+_CANN_RE = re.compile(
+    r"^\[(?P<L>ERROR|CRITICAL|EXCEPTION|FATAL|WARNING|INFO|DEBUG|EVENT)\]\s*"
+    r"(?P<src>[A-Z][A-Z0-9_]{1,20})\([^)]{0,80}\)[:,]?"
+    r"(?:\d{4}-\d\d-\d\d[-\d:.]{0,24}\s*)?(?:\[[^\]\s]{1,120}\]\s*)?(?P<msg>.*)$")
+_PYTHON_RE = re.compile(
+    r"^(?P<L>CRITICAL|ERROR|FATAL|WARNING|INFO|DEBUG):(?P<src>[^:\s]{1,100}):(?P<msg>.*)$")
+_BRACKET_RE = re.compile(
+    r"^(?P<pre>(?:\[[^\]\[]{1,60}\]\s*){1,4})\[\s*(?P<L>[EFWID]|(?i:error|err|fatal|critical"
+    r"|exception|warning|warn|info|debug|trace))\s*\]\s*(?:\[[^\]\[]{1,40}\]\s*)?(?P<msg>.*)$")
+# "<component> error ...": a library's own error line ("MIOpen(HIP): Error [BuildOcl] ...",
+# "HCCL demo error: ...", "NCCL failure common.cu:908 ...", "CUDA runtime error (59) : ...",
+# "THCudaCheck FAIL file=...") and the bare "Error: ..." of command-line tools.
+_COMPONENT_ERROR_RE = re.compile(
+    r"^(?:(?P<src>[A-Za-z][\w.+/()-]{0,40})(?: [A-Za-z][\w.+/()-]{0,20})?:? )?"
+    r"(?P<L>[Ee]rror|ERROR|[Ff]ailure|FAILURE|FAIL|[Ff]atal [Ee]rror|FATAL(?: ERROR)?)"
+    r"(?=[:\s\[(]|$)[:\s]*(?P<msg>.*)$")
+_PROGRAM_RE = re.compile(
+    r"^(?P<src>[A-Za-z][\w.+/-]{0,59}(?:\[\d{1,10}\])?): (?:\w{1,20} )?"
+    r"(?P<L>error|fatal|ERROR|FATAL|Error|Fatal|warning|WARNING|Warning)"
+    r"(?: response from daemon| \(\d{1,6}\))?: "
+    r"(?P<msg>\S.*)$")
+_LOGFMT_RE = re.compile(
+    r"(?:^|\s)level=\"?(?P<L>[a-zA-Z]{3,9})\b")
+_LOGFMT_MSG_RE = re.compile(r"(?:^|\s)msg=(?:\"(?P<q>(?:[^\"\\]|\\.){0,500})\"|(?P<w>\S{1,200}))")
+_LOGFMT_SRC_RE = re.compile(r"(?:^|\s)(?:component|logger|module|source|caller|name)="
+                            r"\"?(?P<src>[^\s\"]{1,80})")
+_JSON_RE = re.compile(r"\"(?:level|severity|levelname)\"\s*:\s*\"(?P<L>[a-zA-Z]{3,9})\"")
+_JSON_MSG_RE = re.compile(r"\"(?:msg|message)\"\s*:\s*\"(?P<m>(?:[^\"\\]|\\.){0,500})\"")
+_JSON_SRC_RE = re.compile(r"\"(?:logger|name|caller|component)\"\s*:\s*\"(?P<src>[^\"]{1,80})\"")
+
+# A level word where a format puts it: near the start, after a timestamp and at most two other
+# words (a logger or host and program name), followed by a separator.
+_LEVEL_RE = re.compile(
+    r"(?<![\w./-])(?P<L>CRITICAL|ERROR|FATAL|EXCEPTION|SEVERE|EMERG|PANIC|ERR|CRIT|WARNING|WARN"
+    r"|INFO|DEBUG|TRACE|NOTICE)"
+    r"(?=[\s:\]|>)/-]|$)")
+_STAMP_RE = re.compile(
+    r"\d{2,4}[-/.]\d\d[-/.]\d\d(?:[T _-]?\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?"
+    r"|\d\d:\d\d:\d\d(?:[.,]\d+)?|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d\d?"
+    r"|\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b|\b(?:UTC|CST|GMT|[AP]M)\b")
+_WORD_RE = re.compile(r"[A-Za-z_][\w.:/<>@=-]*")
+_LEAD_SEP_RE = re.compile(r"^[\s:\]|>)-]+")
+_WHERE_RE = re.compile(r"^\[(?P<src>[^\]\s]{1,120})\]\s*|^(?P<lsrc>[\w.<>]{1,80}):[\w.<>]{0,80}:"
+                       r"\d{1,6} - |^\[(?P<hsrc>[\w.]{1,80}):\d{1,6}\]\s*")
+MAX_PREFIX = 100
+
+
+def _header_record(text: str) -> Record | None:
+    m = _LEVEL_RE.search(text, 0, MAX_PREFIX + 12)
+    if m is None or m.start() > MAX_PREFIX:
+        return None
+    prefix = text[: m.start()]
+    words = _WORD_RE.findall(_STAMP_RE.sub(" ", prefix))
+    if len(words) > 2 or (prefix and prefix[-1].isalnum()):
+        return None
+    rest = _LEAD_SEP_RE.sub("", text[m.end():])
+    src = words[-1].strip(":[]()") if words else ""
+    where = _WHERE_RE.match(rest)
+    if where is not None:
+        src = where.group("src") or where.group("lsrc") or where.group("hsrc") or src
+        rest = rest[where.end():]
+    return Record(_level(m.group("L")), "python", src, rest.strip())
+
+
+def parse_record(text: str) -> Record | None:
+    """The record ``text`` is, when it is one at error level or above; else None."""
+    record = parse_any(text)
+    return record if record is not None and record.level in ("error", "fatal") else None
+
+
+def level_of(text: str) -> str | None:
+    """The level of the record ``text`` is (debug/info/warning/error/fatal), or None."""
+    record = parse_any(text)
+    return record.level if record is not None else None
+
+
+def parse_any(text: str) -> Record | None:
+    """The record ``text`` is, at any level, in one of the formats above; else None."""
+    record = _parse(text)
+    return record if record is not None and record.level else None
+
+
+def _parse(text: str) -> Record | None:
+    if not text:
+        return None
+    head = text[0]
+    if head in "IWEF[(0123456789 \t" or " E" in text[:80] or "[E" in text[:80]:
+        for form, pattern in (("glog", _GLOG_RE), ("glog", _TF_RE), ("glog", _C10_RE),
+                              ("ray", _RAY_RE)):
+            m = pattern.match(text)
+            if m is not None:
+                src = m.group("src") or ""
+                return Record(_level(m.group("L")), form, src, m.group("msg").strip())
+    if head == "[":
+        m = _CANN_RE.match(text)
+        if m is not None:
+            return Record(_level(m.group("L")), "cann", m.group("src"), m.group("msg").strip())
+        m = _BRACKET_RE.match(text)
+        if m is not None:
+            pre = m.group("pre").strip()
+            src = pre[1:pre.index("]")]
+            return Record(_level(m.group("L")), "bracket", src, m.group("msg").strip())
+    m = _PYTHON_RE.match(text)
+    if m is not None:
+        return Record(_level(m.group("L")), "python", m.group("src"), m.group("msg").strip())
+    if "level" in text:
+        lf = _LOGFMT_RE.search(text)
+        if lf is not None:
+            msg = _LOGFMT_MSG_RE.search(text)
+            src = _LOGFMT_SRC_RE.search(text)
+            message = (msg.group("q") or msg.group("w") or "") if msg else text
+            return Record(_level(lf.group("L")), "logfmt", src.group("src") if src else "",
+                          message.strip())
+        js = _JSON_RE.search(text)
+        if js is not None:
+            jmsg = _JSON_MSG_RE.search(text)
+            jsrc = _JSON_SRC_RE.search(text)
+            return Record(_level(js.group("L")), "json", jsrc.group("src") if jsrc else "",
+                          (jmsg.group("m") if jmsg else text).strip())
+    m = _PROGRAM_RE.match(text)
+    if m is not None:
+        return Record(_level(m.group("L")), "program", m.group("src"), m.group("msg").strip())
+    record = _header_record(text)
+    if record is not None:
+        return record
+    m = _COMPONENT_ERROR_RE.match(text)
+    if m is not None:
+        level = "fatal" if m.group("L").lower().startswith("fatal") else "error"
+        return Record(level, "component", m.group("src") or "", m.group("msg").strip())
+    return None
+
+
+# -- components ---------------------------------------------------------------------------------
+
+# Tried in this order: the most specific subject first (an NCCL line about an IB port is about
+# the interconnect; "no space left on device" is storage, not an accelerator).
+VOCABULARY_WORDS: tuple[tuple[str, str], ...] = (
+    ("interconnect", (
+     r"infiniband|\bib(?:_\w+|v\w*)?\b|\bmlx\d|\brdma|\broce\b|\befa\b|libfabric|\bofi\b"
+     r"|net/ofi|net/ib|\bfi_[a-z]|\bucx\b|nvlink|nvswitch|fabric ?manager|\bhccs\b"
+     r"|\bcqe\b|port (?:down|flap)|link (?:is )?(?:down|flap)|\bqp\b|\bverbs\b|hccp|\broce")),
+    ("storage", (
+     r"\bnfs\d?\b|lustre|gpfs|beegfs|weka|ceph|\bs3\b|\bgcs\b|hdfs|\bblob\b|\bdisk\b"
+     r"|filesystem|file system|no space left|enospc|\beio\b|input/output error|i/o error"
+     r"|read-only file system|stale file handle|\bmount\b|quota|checkpoint|\bfsync\b")),
+    ("container_runtime", (
+     r"docker|containerd|cri-o|\bcrio\b|\brunc\b|podman|kubelet|\bpod\b|oci runtime"
+     r"|nvidia-container|container toolkit|enroot|pyxis|singularity|apptainer|image pull"
+     r"|crashloopbackoff|back-off restarting")),
+    ("scheduler", (
+     r"slurm|\bsrun\b|sbatch|scontrol|\bpbs\b|\blsf\b|torque|kube-scheduler|raylet"
+     r"|gcs_server|\byarn\b|torchelastic|elastic agent|rendezvous")),
+    ("collective", (
+     r"nccl|rccl|hccl|\bhcl\b|gloo|\bmpi\b|mpi_|oneccl|\bccl\b|c10d|processgroup"
+     r"|all_?reduce|all_?gather|reduce_?scatter|alltoall|collective|horovod|nvshmem")),
+    ("accelerator_runtime", (
+     r"cuda|cudnn|cublas|nvrtc|nvml|nvidia|\bgpus?\b|\bhip\b|rocm|\bhsa\b|miopen|rocblas"
+     r"|amdgpu|\bxla\b|\btpus?\b|pjrt|\bnpus?\b|ascend|aicore|aicpu|\bacl\b|\bcann\b"
+     r"|level.zero|\bze_|sycl|\bxpu|habana|\bhpu|synapse|gaudi|tensorrt|\btrt\b"
+     r"|\bdevice\b|\becc\b|\bxid\b|\bdrv\b|\baclnn")),
+)
+_VOCABULARY = tuple((name, re.compile(literal_first(words)))
+                    for name, words in VOCABULARY_WORDS)
+# CANN plog module names (the second word of ``[ERROR] RUNTIME(...)``).
+_CANN_MODULES = {
+    "HCCL": "collective", "HCCP": "interconnect", "ROCE": "interconnect",
+    "RUNTIME": "accelerator_runtime", "ASCENDCL": "accelerator_runtime",
+    "DRV": "accelerator_runtime", "GE": "accelerator_runtime", "FE": "accelerator_runtime",
+    "TBE": "accelerator_runtime", "AICPU": "accelerator_runtime", "TSD": "accelerator_runtime",
+    "TDT": "accelerator_runtime", "DVPP": "accelerator_runtime", "TEFUSION": "accelerator_runtime",
+    "OP": "accelerator_runtime", "ATRACE": "accelerator_runtime",
+}
+
+
+def classify(record: Record) -> str:
+    """The component a record is about, from the words of its source and message."""
+    if record.form == "cann" and record.source in _CANN_MODULES:
+        return _CANN_MODULES[record.source]
+    words = f"{record.source} {record.message}".lower()
+    for name, pattern in _VOCABULARY:
+        if pattern.search(words) is not None:
+            return name
+    return "other"

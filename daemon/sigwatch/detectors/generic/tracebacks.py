@@ -1,0 +1,548 @@
+"""Python tracebacks (and faulthandler stacks) read line by line, and whether they ended anything.
+
+A ``TracebackReport`` opens on ``Traceback (most recent call last):`` wherever it sits in the
+line (torchrun's failure table puts it after ``traceback :``), collects frames, and reads the
+exception line: the first line indented less than the frames, whatever its class
+(``AssertionError``, ``StopIteration: ...``, ``hydra.errors.InstantiationException: ...``,
+``ray.exceptions.RayTaskError(ValueError): ...``). Then it stays open for a window of lines of
+the same rank, during which:
+
+- another traceback (``During handling of the above exception``, ``The above exception was the
+  direct cause``, ``Original Traceback``, ``concurrent.futures`` ``_RemoteTraceback``,
+  torchrun's table, Ray's remote frames) joins the same report: one failure, one detection,
+  named by the last exception of the chain (what ended the process);
+- the lines say whether the process went on (a progress line, a retry, a passing test) or
+  ended (a launcher's failure, an exit code, a kill).
+
+It fires when the window ends, the stream ends, or ``hold`` seconds pass, unless the process
+went on (and nothing said it ended), the exception is not a failure (``KeyboardInterrupt``,
+``SystemExit: 0``), or the traceback was only logged (``WARNING:...`` / ``INFO`` just before
+it), ignored (``Exception ignored in:``) or printed by a test harness.
+
+``FaultReport`` reads CPython's faulthandler dump after ``Fatal Python error: ...``: the frames
+of the current thread, most recent first. ``TerminateReport`` waits one line for the
+``what():`` that follows ``terminate called after throwing an instance of ...``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sigwatch.detectors.generic._text import Frame, clip, is_user_frame, literal_first
+from sigwatch.detectors.progress import ProgressParser
+
+__all__ = [
+    "HEADER_RE",
+    "Exc",
+    "FaultReport",
+    "LineIn",
+    "Preceding",
+    "Report",
+    "TerminateReport",
+    "TracebackReport",
+    "bare_exception",
+    "continued",
+    "ended",
+    "frame_line",
+    "parse_exception",
+]
+
+HEADER_RE = re.compile(
+    r"(?:^|[\s:|+])(?P<kind>Original |Exception Group )?Traceback \(most recent call last\):?"
+    r"\s*$")
+_FRAME_RE = re.compile(
+    r"^(?P<ind>[ \t]*)>?[ \t]*File \"(?P<path>[^\"]{1,400})\", line (?P<line>\d{1,7})"
+    r"(?:, in (?P<func>\S.{0,200}?))?\s*$"
+    # a frame whose start was cut off (a pasted or truncated log): the tail must be complete
+    r"|^(?P<ind2>[ \t]*)(?P<path2>[^\"\s]{0,400})\", line (?P<line2>\d{1,7}), in "
+    r"(?P<func2>\S.{0,200}?)\s*$")
+_FAULT_FRAME_RE = re.compile(
+    r"^[ \t]*File \"(?P<path>[^\"]{1,400})\", line (?P<line>\d{1,7}) in (?P<func>\S.{0,200}?)"
+    r"\s*$")
+_CELL_RE = re.compile(r"^(?P<ind>[ \t]*)(?:Cell In\[\d{1,6}\]|Input In \[\d{1,6}\]), line \d")
+_REPEAT_RE = re.compile(r"^\s*\[Previous line repeated \d+ more times?\]")
+_CARET_RE = re.compile(r"^\s*[~^]+[\s~^]*$")
+_MARGIN_RE = re.compile(r"^[ \t]*(?:[|+][-+ \t]*)+")
+_EXC_RE = re.compile(
+    r"^(?P<cls>[A-Za-z_]\w{0,80}(?:\.[A-Za-z_<>][\w<>]{0,80}){0,12})"
+    r"(?:\((?P<inner>[A-Za-z_][\w.]{0,120})\)| \((?P<aside>[^()]{1,60})\))?"
+    r"(?::(?:[ \t](?P<msg>.*)|[ \t]*))?$")
+# An exception line on its own (its traceback cut off, or never printed): the class must say
+# it is an exception, and carry a message or its module.
+_BARE_RE = re.compile(
+    r"^(?:[A-Z]\w{2,80}: )?(?:(?:[A-Za-z_]\w{0,80}\.){0,12}[A-Za-z_]\w{0,80}(?:Error|Exception"
+    r"|Failure|Fault|Interrupt|Exit|Timeout)|Exception)(?:\([A-Za-z_][\w.]{0,120}\)"
+    r"| \([^()]{1,60}\))?:(?: \S|\s*$)")
+_DIGITS_RE = re.compile(r"\d")
+# Lower-case exception classes in the standard library (module-qualified).
+_LOWER_EXC = frozenset({"timeout", "gaierror", "herror", "error"})
+_NOT_EXC = frozenset({"During", "The", "Traceback", "Original", "Process", "Exception",
+                      "Error", "Warning", "Note", "Hint", "Caused", "Current", "Thread"})
+_NOT_A_FAILURE = frozenset({"KeyboardInterrupt", "GeneratorExit", "BdbQuit", "bdb.BdbQuit"})
+
+# What a traceback's next lines say about the process. Written in lowercase and matched on
+# the lowercased line (``literal_first``: ``re.IGNORECASE`` would defeat its skipping); the
+# lines that are only ``ok`` or dots are whole-line forms.
+CONTINUED_WORDS = (
+    r"\bretry(?:ing)?\b|\bwill retry\b|\battempt \d{1,4}\s*(?:/|of)\s*\d{1,4}|retries left"
+    r"|\brecovered\b|\bpassed\b|\bcontinuing\b|\bskipping (?:this|the|bad)")
+_CONTINUED_RE = re.compile(literal_first(CONTINUED_WORDS))
+_CONTINUED_LINE_RE = re.compile(r"(?i)ok|\.{1,80}")
+ENDED_WORDS = (
+    r"exit(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]|exitcode\s*:\s*-?[1-9]"
+    r"|non-zero exit|ChildFailedError|\bFAILED\b|core dumped"
+    r"|srun: error|slurmstepd: error|terminate called|exited on signal|Signals\.SIG"
+    r"|error: task \d|Worker group FAILED|failed \(exitcode|Fatal Python error"
+    r"|ProcessExitedException|ProcessRaisedException|process \d+ terminated with")
+_ENDED_RE = re.compile(literal_first(ENDED_WORDS))
+_ENDED_START_RE = re.compile(r"(?:Killed|Aborted)\b")
+
+
+def ended(text: str) -> bool:
+    """True when ``text`` says the process ended: an exit status, a kill, a launcher's
+    failure (what a pending record or a held traceback waits for)."""
+    return _ENDED_RE.search(text) is not None or _ENDED_START_RE.match(text) is not None
+
+
+def continued(text: str) -> bool:
+    """True when ``text`` says the process went on after a traceback (a retry, a test that
+    passed, ``ok``; progress lines are read by the caller)."""
+    return (_CONTINUED_RE.search(text.lower()) is not None
+            or _CONTINUED_LINE_RE.fullmatch(text) is not None)
+
+
+# What joins the next traceback to this failure: Python's chain messages, a remote traceback
+# quoted in triple quotes, torch.multiprocessing's and torchrun's framing of a child's failure.
+_CHAIN_RE = re.compile(
+    r"^During handling of the above exception|^The above exception was the direct cause"
+    r"|^\"\"\"$|terminated with the following error|^Root Cause \(first observed failure\)"
+    r"|^Caused by:")
+_TABLE_RE = re.compile(r"traceback\s*:")
+# Exceptions that wrap a failure reported elsewhere (the next traceback is its cause).
+_WRAPPERS = frozenset({
+    "ChildFailedError", "ProcessRaisedException", "_RemoteTraceback", "RemoteTraceback",
+    "BrokenProcessPool", "RayTaskError", "RayActorError", "ActorDiedError",
+    "WorkerCrashedError", "BackendCompilerFailed", "InstantiationException",
+})
+# Lines that only come before a traceback nobody had to act on.
+_IGNORED_RE = re.compile(
+    r"^Exception ignored\b|^Error in atexit\._run_exitfuncs|^--- Logging error ---"
+    r"|^Error in sys\.excepthook")
+_THREAD_RE = re.compile(r"^Exception in thread (?!\")\S.{0,120}:\s*$")
+_DASHES_RE = re.compile(r"^(?:-{40,}|={40,})\s*$")
+_UNITTEST_RE = re.compile(r"^(?:ERROR|FAIL): \w")
+
+_PROGRESS = ProgressParser()
+MAX_FRAMES = 200
+MAX_CONTEXT = 40
+MAX_OTHER_LINES = 100  # lines of other ranks a reading waits through before it ends
+
+
+@dataclass(frozen=True, slots=True)
+class LineIn:
+    """One part of a line as the readers see it."""
+
+    text: str
+    rank: str | None
+    lineno: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Exc:
+    """An exception line: class, message, and where it was."""
+
+    cls: str
+    message: str
+    line: LineIn
+    inner: str = ""
+
+    @property
+    def describe(self) -> str:
+        return f"{self.cls}: {self.message}" if self.message else self.cls
+
+    @property
+    def failure(self) -> bool:
+        """False for an exception that ends nothing by failing (Ctrl-C, exit status 0)."""
+        short = self.cls.rsplit(".", 1)[-1]
+        if self.cls in _NOT_A_FAILURE or short in _NOT_A_FAILURE:
+            return False
+        if short in ("SystemExit", "Exit"):
+            return self.message.strip().strip("'\"") not in ("", "0", "None")
+        return True
+
+
+_ENVELOPE_RE = re.compile(
+    r"^(?P<env>.{8,160}?[\])]\s+)(?=Traceback \(most recent call last\)|\s*File \"|"
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b)")
+
+
+def _envelope(text: str) -> str:
+    """The digit-masked envelope a first line carries before its traceback text ("" if none)."""
+    m = _ENVELOPE_RE.match(text)
+    return _DIGITS_RE.sub("0", m.group("env")) if m is not None else ""
+
+
+def _frame(m: re.Match[str]) -> Frame | None:
+    groups = m.groupdict()
+    path = groups.get("path") or groups.get("path2")
+    number = groups.get("line") or groups.get("line2")
+    if path is None or number is None:
+        return None  # a notebook cell
+    return Frame(path, int(number), (groups.get("func") or groups.get("func2") or "").strip())
+
+
+def frame_line(text: str) -> bool:
+    """True for a line that is a frame of a Python traceback (a headless traceback starts)."""
+    return _FRAME_RE.match(text) is not None
+
+
+def bare_exception(text: str) -> Exc | None:
+    """The exception a line names on its own (no traceback before it), or None.
+
+    A wrapper's prefix (``UnfilteredStackTrace: RuntimeError: ...``) is kept in the message.
+    """
+    if _BARE_RE.match(text) is None:
+        return None
+    return parse_exception(text)
+
+
+def parse_exception(text: str) -> Exc | None:
+    """The exception a stripped line names, or None (``line`` is filled by the caller)."""
+    m = _EXC_RE.match(text)
+    if m is None:
+        return None
+    cls = m.group("cls")
+    last = cls.rsplit(".", 1)[-1]
+    if last in _NOT_EXC and m.group("msg") is None and "." not in cls:
+        return None
+    if not (last[:1].isupper() or ("." in cls and last in _LOWER_EXC)):
+        return None
+    if last in ("During", "The") or (m.group("msg") is None and last in _NOT_EXC):
+        return None
+    return Exc(cls, clip(m.group("msg") or "", 300), LineIn("", None, 0, 0),
+               m.group("inner") or "")
+
+
+@dataclass(slots=True)
+class _Tb:
+    frames: list[Frame] = field(default_factory=list)
+    exception: Exc | None = None
+    frame_indent: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Preceding:
+    """What the lines before a traceback header say (see ``Preceding.of``)."""
+
+    quiet: str = ""  # why it can never fire ("" when it may)
+    context: str = "process"  # process | thread
+
+    @classmethod
+    def of(cls, before: list[str], level_of: Callable[[str], str | None]) -> Preceding:
+        """``before``: the lines just before the header, oldest first, same rank."""
+        prev = before[-1].strip() if before else ""
+        if not prev:
+            return cls()
+        if _IGNORED_RE.search(prev):
+            return cls(quiet="ignored")
+        if _THREAD_RE.match(prev):
+            return cls(context="thread")
+        if _DASHES_RE.match(prev) and len(before) > 1 and _UNITTEST_RE.match(before[-2]):
+            return cls(quiet="test harness")
+        level = level_of(prev)
+        if level in ("debug", "info", "warning"):
+            return cls(quiet=f"logged at {level}")
+        return cls()
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a finished report found: fire it (``exc`` set) or not (``why``)."""
+
+    exc: Exc | None
+    why: str = ""
+    cause: Exc | None = None
+    frame: Frame | None = None
+    chain: int = 1
+    context: str = "process"
+    evidence: str = ""
+    lines: tuple[str, ...] = ()
+
+
+class Report:
+    """An open multi-line reading on one rank of one stream."""
+
+    kind = ""
+
+    def __init__(self, first: LineIn, hold_until: float | None) -> None:
+        self.rank = first.rank
+        self.start = (first.offset, first.lineno)
+        self.deadline = hold_until
+        self.finished = False
+        self.others = 0  # lines of other ranks since this rank's last line was consumed
+
+    def feed(self, line: LineIn, now: float) -> bool:
+        """Take a line of the same rank; True when the report consumed it (part of it)."""
+        raise NotImplementedError
+
+    def observe(self, line: LineIn) -> None:
+        """A line of another rank (a launcher's summary may say the process ended). Other
+        ranks' lines bound the reading too: a rank that stopped printing has ended."""
+        _ = line
+        self.others += 1
+        if self.others > MAX_OTHER_LINES:
+            self.finished = True
+
+    def held(self) -> int | None:
+        """The offset of the line a detection would be on, while one is pending."""
+        return None
+
+
+class TracebackReport(Report):
+    """One traceback, or a chain of them, on one rank (see the module docstring)."""
+
+    kind = "traceback"
+
+    def __init__(self, first: LineIn, preceding: Preceding, *, window: int, hold: float,
+                 now: float, group: bool = False, exc: Exc | None = None) -> None:
+        """``first`` is the header, or the first frame of a traceback whose header was cut
+        off (it is read as a frame), or ``exc``'s line for an exception printed alone."""
+        super().__init__(first, now + hold)
+        self.preceding = preceding
+        self.window = window
+        self.hold = hold
+        self.group = group
+        # An envelope the launcher-prefix parser does not know ("2023-.. [job (pid 1)] [id] "
+        # before every line): learnt from the first line, cut from the lines that carry the
+        # same envelope (same characters, digits aside).
+        self.envelope = _envelope(first.text)
+        self.lines: deque[str] = deque(maxlen=MAX_CONTEXT)  # what the detection quotes
+        self.tbs: list[_Tb] = [_Tb()]
+        self.state = "frames"
+        self.noise = 0
+        self.after = 0
+        self.continued = ""
+        self.ended = ""
+        self.linked = False  # a chain marker was read since the last exception line
+        if exc is not None:
+            self.tbs[0].exception = Exc(exc.cls, exc.message, first, exc.inner)
+            self.state = "after"
+        elif HEADER_RE.search(first.text) is None:
+            self.feed(first, now)
+        else:
+            self.lines.append(first.text)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def feed(self, line: LineIn, now: float) -> bool:
+        consumed = self._read(line, now)
+        if consumed and self.state == "frames":
+            self.lines.append(line.text)
+        return consumed
+
+    def _read(self, line: LineIn, now: float) -> bool:
+        text = line.text
+        if self.envelope and _DIGITS_RE.sub("0", text[:len(self.envelope)]) == self.envelope:
+            text = text[len(self.envelope):]
+            line = LineIn(text, line.rank, line.lineno, line.offset)
+        if self.group:
+            margin = _MARGIN_RE.match(text)
+            if margin is not None:
+                text = " " * len(margin.group()) + text[margin.end():]
+        header = HEADER_RE.search(text)
+        if header is not None and (self.state == "after" or not self.tbs[-1].frames):
+            if self.state == "after" and not self._joins(text, header):
+                self.finished = True  # another failure starts: this one is complete
+                return False
+            if self.tbs[-1].frames or self.tbs[-1].exception:
+                self.tbs.append(_Tb())
+            self.state = "frames"
+            self.noise = 0
+            self.linked = False
+            return True
+        frame = _FRAME_RE.match(text) or _CELL_RE.match(text)
+        tb = self.tbs[-1]
+        if frame is not None:
+            indent = len((frame.group("ind") or frame.groupdict().get("ind2") or "")
+                         .expandtabs(4))
+            if self.state == "after":
+                if indent == 0:
+                    return self._after(line, now)  # a frame of someone else's output
+                self.tbs.append(_Tb())  # Ray: the remote task's frames follow its wrapper
+                tb = self.tbs[-1]
+                self.state = "frames"
+            if tb.frame_indent is None:
+                tb.frame_indent = indent
+            found = _frame(frame)
+            if found is not None:
+                tb.frames.append(found)
+                if len(tb.frames) > MAX_FRAMES:
+                    del tb.frames[: len(tb.frames) - MAX_FRAMES]
+            return True
+        if self.state == "after":
+            return self._after(line, now)
+        stripped = text.strip()
+        indent = len(text) - len(text.lstrip(" \t"))
+        if tb.frame_indent is not None and stripped and indent > tb.frame_indent:
+            return True  # the source line under a frame, carets, locals
+        if _REPEAT_RE.match(text) or _CARET_RE.match(text) or (not stripped and not tb.frames):
+            return True
+        exc = parse_exception(stripped) if stripped else None
+        if exc is not None and (tb.frame_indent is None or indent <= tb.frame_indent
+                                or not tb.frames):
+            tb.exception = Exc(exc.cls, exc.message, line, exc.inner)
+            self.state = "after"
+            self.after = 0
+            self.deadline = now + self.hold
+            return True
+        self.noise += 1
+        if self.noise > 8:
+            self.finished = True  # not a traceback after all (or hopelessly interleaved)
+        return False
+
+    def _joins(self, text: str, header: re.Match[str]) -> bool:
+        """True when a traceback starting now belongs to this failure's chain."""
+        if self.linked or header.group("kind") == "Original " or _TABLE_RE.search(
+                text, 0, header.start() + 1):
+            return True
+        last = self._last()
+        return last is not None and last.cls.rsplit(".", 1)[-1] in _WRAPPERS
+
+    def _after(self, line: LineIn, now: float) -> bool:
+        _ = now
+        text = line.text.strip()
+        if _CHAIN_RE.search(text):
+            self.linked = True
+        self._evidence(text, same_rank=True)
+        self.after += 1
+        if self.after >= self.window:
+            self.finished = True
+        return False
+
+    def observe(self, line: LineIn) -> None:
+        if self.state == "after":
+            self._evidence(line.text.strip(), same_rank=False)
+        super().observe(line)
+
+    def _evidence(self, text: str, *, same_rank: bool) -> None:
+        if not text:
+            return
+        if not self.ended and ended(text):
+            self.ended = clip(text, 160)
+        if same_rank and not self.continued and (
+                continued(text) or _PROGRESS.parse(text) is not None):
+            self.continued = clip(text, 160)
+
+    def held(self) -> int | None:
+        exc = self._last()
+        return exc.line.offset if exc is not None and not self.preceding.quiet else None
+
+    # -- the verdict -------------------------------------------------------------------------
+
+    def _last(self) -> Exc | None:
+        for tb in reversed(self.tbs):
+            if tb.exception is not None:
+                return tb.exception
+        return None
+
+    def outcome(self) -> Outcome:
+        """Whether to fire, on which exception, with which user frame."""
+        last = self._last()
+        if last is None:
+            return Outcome(None, "no exception line")
+        if self.preceding.quiet:
+            return Outcome(None, self.preceding.quiet)
+        if not last.failure:
+            return Outcome(None, f"{last.cls} is not a failure")
+        if self.continued and not self.ended:
+            return Outcome(None, f"the process went on: {self.continued}")
+        excs = [tb.exception for tb in self.tbs if tb.exception is not None]
+        first = excs[0]
+        frame = None
+        for tb in reversed(self.tbs):
+            users = [f for f in tb.frames if is_user_frame(f.path)]
+            if users:
+                frame = users[-1]
+                break
+        cause = first if first is not last and first.describe != last.describe else None
+        return Outcome(last, cause=cause, frame=frame, chain=len(excs),
+                       context=self.preceding.context, evidence=self.ended,
+                       lines=tuple(self.lines))
+
+
+_THREAD_HEAD_RE = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]{1,16}"
+                             r"(?: \[[^\]]{0,60}\])? \(most recent call first\):|^Stack \(most "
+                             r"recent call first\):")
+_FAULT_OTHER_RE = re.compile(
+    r"^\s*(?:<no Python frame>|Garbage-collecting|\.\.\.)\s*$|^Extension modules: "
+    r"|^Python runtime state: |^\s*$|^\s*<")
+
+
+class FaultReport(Report):
+    """CPython faulthandler's dump after ``Fatal Python error: <reason>``."""
+
+    kind = "faulthandler"
+
+    def __init__(self, first: LineIn, reason: str, *, hold: float, now: float) -> None:
+        super().__init__(first, now + hold)
+        self.line = first
+        self.reason = reason
+        self.frames: list[Frame] = []
+        self.threads = 0
+        self.other = 0
+
+    def feed(self, line: LineIn, now: float) -> bool:
+        _ = now
+        text = line.text
+        if _THREAD_HEAD_RE.match(text):
+            self.threads += 1
+            return True
+        frame = _FAULT_FRAME_RE.match(text)
+        if frame is not None:
+            if self.threads <= 1:
+                self.frames.append(Frame(frame.group("path"), int(frame.group("line")),
+                                         frame.group("func")))
+            return True
+        if _FAULT_OTHER_RE.match(text):
+            return True
+        self.other += 1
+        if self.threads or self.other > 2:
+            self.finished = True
+        return False
+
+    def held(self) -> int | None:
+        return self.line.offset
+
+    def frame(self) -> Frame | None:
+        """The innermost frame of the user's code (faulthandler lists the newest first)."""
+        return next((f for f in self.frames if is_user_frame(f.path)), None)
+
+
+_WHAT_RE = re.compile(r"^\s*what\(\):\s+(?P<what>\S.*)$")
+
+
+class TerminateReport(Report):
+    """``terminate called after throwing ...``: the next line says ``what()``."""
+
+    kind = "terminate"
+
+    def __init__(self, first: LineIn, *, hold: float, now: float) -> None:
+        super().__init__(first, now + hold)
+        self.line = first
+        self.what = ""
+
+    def feed(self, line: LineIn, now: float) -> bool:
+        _ = now
+        m = _WHAT_RE.match(line.text)
+        self.finished = True
+        if m is not None:
+            self.what = clip(m.group("what"), 200)
+            return True
+        return False
+
+    def held(self) -> int | None:
+        return self.line.offset

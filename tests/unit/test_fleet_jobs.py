@@ -1,0 +1,233 @@
+"""Jobs on a node: identity on detections, kernel faults shared by the jobs active then, the
+facts to compare ranks, and gauges that exist only while their job is active."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.fleet import FleetNode
+
+from sigwatch.detectors.jobs import JobLimits
+
+XID = ("NVRM: Xid (PCI:0000:8a:00): 79, pid=2412, name=python, GPU has fallen off the bus.")
+TIMEOUT = ("[rank{r}]:[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog "
+           "caught collective operation timeout: WorkNCCL(SeqNum=6463, OpType=ALLREDUCE, "
+           "NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800017 milliseconds before "
+           "timing out.")
+AT_WORK = ("[rank{r}]:[E1003 18:37:01.833575187 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) "
+           "Rank {r}] Exception (either an error or timeout) detected by watchdog at work: "
+           "6463, last enqueued NCCL work: {enq}, last completed NCCL work: {done}.")
+STEP = "iteration {step}/ 10000 | elapsed time per iteration (ms): {ms} | lm loss: 2.31 |"
+
+
+@pytest.fixture(name="node")
+def _node(tmp_path: Path) -> FleetNode:
+    return FleetNode(tmp_path)
+
+
+class TestIdentityOnDetections:
+    def test_a_detection_carries_the_job_and_rank_of_its_path(self, node: FleetNode) -> None:
+        h = node.open("/training/llama-4471203/rank17.log")
+
+        [d] = node.write(h, "ZeroDivisionError: division by zero")
+
+        assert (("llama-4471203",), "17") == (d.jobs, d.rank)
+        assert "llama-4471203" == d.to_json()["job"]
+
+    def test_a_launcher_prefix_names_the_rank_of_the_line(self, node: FleetNode) -> None:
+        """A job log with every rank in it: ``[rank5]:`` is more specific than the path."""
+        h = node.open("/training/llama-4471203/rank0.log")
+
+        [d] = node.write(h, "[rank5]: ZeroDivisionError: division by zero")
+
+        assert "5" == d.rank
+
+
+class TestKernelFaultsBelongToTheActiveJobs:
+    def test_every_job_running_when_the_fault_is_read_gets_it(self, node: FleetNode) -> None:
+        a = node.open("/training/job-a/rank0.log")
+        b = node.open("/training/job-b/rank3.log")
+        node.write(a, "step 1 starting")
+        node.write(b, "step 1 starting")
+        kernel = node.open("/dev/kmsg", source="kernel")
+
+        [d] = node.write(kernel, XID, time=1_700_000_100.0)
+
+        assert ("job-a", "job-b") == d.jobs
+        for job in ("job-a", "job-b"):
+            assert 1_700_000_100.0 == node.gauge(
+                "sigwatch_job_fault_first_seconds", job=job, rank="", signature="test_xid_79",
+                owner="node", severity="critical")
+
+    def test_a_job_whose_streams_closed_before_the_fault_does_not_get_it(
+            self, node: FleetNode) -> None:
+        done = node.open("/training/finished/rank0.log")
+        node.write(done, "training complete")
+        node.close(done)
+        running = node.open("/training/running/rank0.log")
+        node.write(running, "step 7")
+        kernel = node.open("/dev/kmsg", source="kernel")
+
+        [d] = node.write(kernel, XID)
+
+        assert ("running",) == d.jobs
+
+    def test_a_job_that_has_written_nothing_yet_is_not_active(self, node: FleetNode) -> None:
+        """Logs left on disk by jobs long gone are followed too; they are not running."""
+        node.open("/training/old-job/rank0.log")
+        kernel = node.open("/dev/kmsg", source="kernel")
+
+        [d] = node.write(kernel, XID)
+
+        assert () == d.jobs
+        assert [] == node.series("sigwatch_job_active")
+
+
+class TestFirstFaults:
+    def test_the_first_fault_of_a_signature_keeps_its_own_time_rank_line_and_fix(
+            self, node: FleetNode) -> None:
+        h = node.open("/training/job-a/rank3.log")
+        node.write(h, "2023-11-14T22:13:20Z ZeroDivisionError: division by zero")
+        node.write(h, "2023-11-14T22:15:00Z ZeroDivisionError: again\x1b[0m")
+
+        [info] = node.series("sigwatch_job_fault_info")
+
+        assert 1_699_999_999.0 < node.gauge(
+            "sigwatch_job_fault_first_seconds", job="job-a", rank="3",
+            signature="test_user_exception", owner="user", severity="error") < 1_700_000_001.0
+        assert "2023-11-14T22:13:20Z ZeroDivisionError: division by zero" == info["line"]
+        assert "Fix the training code." == info["fix"]
+
+    def test_the_line_label_is_cut_and_free_of_control_characters(
+            self, node: FleetNode) -> None:
+        h = node.open("/training/job-a/rank3.log")
+        node.write(h, "ZeroDivisionError: \x1b[31m" + "x" * 500)
+
+        [info] = node.series("sigwatch_job_fault_info")
+
+        assert 200 == len(info["line"])
+        assert not any(ord(c) < 32 for c in info["line"])
+
+
+class TestFalloutWithinItsJob:
+    def test_a_cause_in_another_job_does_not_make_a_failure_collateral(
+            self, node: FleetNode) -> None:
+        """Two jobs on one node: job B's failure is its own, not fallout of job A's."""
+        a = node.open("/training/job-a/rank0.log")
+        b = node.open("/training/job-b/rank0.log")
+        node.write(a, "ZeroDivisionError: in job a")
+
+        [b_failed] = node.write(b, "torch.distributed.elastic...ChildFailedError: rank 0")
+        [a_failed] = node.write(a, "torch.distributed.elastic...ChildFailedError: rank 0")
+
+        assert (None, "error") == (b_failed.root_cause, b_failed.severity.label)
+        assert a_failed.root_cause is not None
+        assert "warning" == a_failed.severity.label
+
+    def test_the_first_fault_gauge_carries_the_severity_as_delivered(
+            self, node: FleetNode) -> None:
+        """Collateral lowered to a warning is labelled a warning: rules that start a job's
+        incident on its first error do not start it on fallout."""
+        a = node.open("/training/job-a/rank0.log")
+        node.write(a, "ZeroDivisionError: boom", "ChildFailedError: rank 0")
+
+        severities = {s["signature"]: s["severity"]
+                      for s in node.series("sigwatch_job_fault_first_seconds")}
+
+        assert {"test_user_exception": "error", "test_child_failed": "warning"} == severities
+
+
+class TestRankFacts:
+    def test_watchdog_figures_per_rank_and_process_group(self, node: FleetNode) -> None:
+        """2.4's two lines of one timeout (the first without the group) are one report."""
+        for rank, enq, done in ((0, 6463, 6462), (1, 6462, 6462)):
+            h = node.open(f"/training/job-a/rank{rank}.log")
+            node.write(h, TIMEOUT.format(r=rank), AT_WORK.format(r=rank, enq=enq, done=done))
+
+        def seq(rank: str, kind: str) -> float | None:
+            return node.gauge("sigwatch_job_rank_collective_seq", job="job-a", rank=rank,
+                              pg="0", kind=kind)
+
+        assert (6463, 6463, 6462) == (seq("0", "timed_out"), seq("0", "last_enqueued"),
+                                      seq("0", "last_completed"))
+        assert 6462 == seq("1", "last_enqueued")  # rank 1 never enqueued 6463: it lags
+        assert {"0"} == {s["pg"] for s in node.series("sigwatch_job_rank_collective_seq")}
+        [report, _] = node.series("sigwatch_job_rank_collective_report_seconds")
+        assert "ALLREDUCE" == report["op"]
+
+    def test_progress_per_rank(self, node: FleetNode) -> None:
+        h = node.open("/training/job-a/rank2.log")
+        node.write(h, STEP.format(step=4100, ms=812.5), STEP.format(step=4101, ms=1500.0))
+
+        assert 4101 == node.gauge("sigwatch_job_rank_step", job="job-a", rank="2")
+        assert 1.5 == node.gauge("sigwatch_job_rank_step_seconds", job="job-a", rank="2")
+        assert node.gauge("sigwatch_job_rank_last_progress_seconds", job="job-a",
+                          rank="2") is not None
+
+    def test_streams_without_a_job_give_no_job_gauges(self, node: FleetNode) -> None:
+        h = node.open("/somewhere/else.log")
+        node.write(h, STEP.format(step=1, ms=800.0), TIMEOUT.format(r=0))
+
+        assert [] == node.series("sigwatch_job_rank_step")
+
+    def test_caps_refuse_and_count_instead_of_growing(self, tmp_path: Path) -> None:
+        node = FleetNode(tmp_path, limits=JobLimits(jobs=1, ranks=2, pgs=1))
+        for rank in range(3):
+            h = node.open(f"/training/job-a/rank{rank}.log")
+            node.write(h, STEP.format(step=1, ms=800.0))
+        other = node.open("/training/job-b/rank0.log")
+        node.write(other, STEP.format(step=1, ms=800.0))
+
+        assert 2 == len(node.series("sigwatch_job_rank_step"))
+        assert ["job-a"] == [s["job"] for s in node.series("sigwatch_job_active")]
+        refused = node.registry.get_sample_value
+        assert 1 == refused("sigwatch_job_series_refused_total", {"what": "rank"})
+        assert 1 == refused("sigwatch_job_series_refused_total", {"what": "job"})
+
+
+class TestGaugesOfAJobThatEnded:
+    @staticmethod
+    def _busy_job(node: FleetNode) -> int:
+        h = node.open("/training/job-a/rank0.log")
+        node.write(h, STEP.format(step=10, ms=800.0), TIMEOUT.format(r=0),
+                   "ZeroDivisionError: division by zero")
+        assert node.series("sigwatch_job_active")
+        assert node.series("sigwatch_job_fault_first_seconds")
+        assert node.series("sigwatch_job_rank_collective_seq")
+        return h
+
+    @staticmethod
+    def _nothing_left(node: FleetNode) -> None:
+        for name in ("sigwatch_job_active", "sigwatch_job_fault_first_seconds",
+                     "sigwatch_job_fault_info", "sigwatch_job_rank_step",
+                     "sigwatch_job_rank_collective_seq",
+                     "sigwatch_job_rank_collective_report_seconds"):
+            assert [] == node.series(name), name
+
+    def test_are_dropped_when_its_last_stream_closes(self, node: FleetNode) -> None:
+        h = self._busy_job(node)
+
+        node.close(h)
+
+        self._nothing_left(node)
+
+    def test_are_dropped_when_it_stays_idle(self, tmp_path: Path) -> None:
+        node = FleetNode(tmp_path, idle=600.0)
+        self._busy_job(node)
+
+        node.advance(599.0)
+        assert node.series("sigwatch_job_active")
+        node.advance(2.0)
+
+        self._nothing_left(node)
+
+    def test_a_job_that_writes_again_is_active_again(self, tmp_path: Path) -> None:
+        node = FleetNode(tmp_path, idle=600.0)
+        h = self._busy_job(node)
+        node.advance(601.0)
+
+        node.write(h, STEP.format(step=11, ms=800.0))
+
+        assert 11 == node.gauge("sigwatch_job_rank_step", job="job-a", rank="0")
+        assert [] == node.series("sigwatch_job_fault_first_seconds")  # a new life

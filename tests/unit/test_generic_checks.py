@@ -1,0 +1,123 @@
+"""The generic layer's fourth shape: a diagnostic that reports a failed check.
+
+nvidia-smi's pending remaps and retirements and its ERR! fields, npu-smi's health, ascend-dmi's
+results, nccl-tests' ``#wrong`` column and out-of-bounds count, compute-sanitizer's error
+summary, gpu-burn's FAULTY. The same tools' passing output stays quiet. (DCGM is read by its own
+signatures.)
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.generic import generic_scan, loud, only, text_of
+
+from sigwatch.model import Severity
+
+CHECK = "generic_failed_check"
+
+
+def _check(text: str) -> tuple[Severity, dict[str, str], str]:
+    d = only(generic_scan(text), CHECK)
+    return d.severity, dict(d.captures), d.owner
+
+
+class TestFailedChecks:
+    def test_nvidia_smi_pending_row_remap_is_a_node_error(self) -> None:
+        """``nvidia-smi -q``: a remap waits for a reset; the GPU's memory is failing."""
+        severity, captures, owner = _check(text_of('''
+                Remapped Rows
+                    Correctable Error                 : 0
+                    Uncorrectable Error               : 1
+                    Pending                           : Yes
+                    Remapping Failure Occurred        : No
+            '''))
+
+        assert (Severity.ERROR, "node") == (severity, owner)
+        assert {"tool": "nvidia-smi", "check": "Pending: Yes"} == captures
+
+    @pytest.mark.parametrize("line", [
+        "        Remapping Failure Occurred        : Yes",
+        "        Pending Page Blacklist            : Yes",
+        "    Reset Required                        : Yes",
+        "| N/A   ERR!  ERR!  ERR!    N/A /  N/A |   ERR!  /  81559MiB |   ERR!      Default |",
+    ], ids=lambda v: v.strip()[:30])
+    def test_other_nvidia_smi_failures(self, line: str) -> None:
+        """A failed remap, a pending retirement, a reset required, a GPU the driver lost."""
+        assert "nvidia-smi" == _check(line + "\n")[1]["tool"]
+
+    def test_npu_smi_health_alarm_is_an_error_and_warning_a_warning(self) -> None:
+        """npu-smi's Health column: Alarm and Critical are errors, Warning a warning."""
+        alarm = _check("| 3     910B3               | Alarm         | 93.7        38      "
+                       "          0    / 0             |\n")
+        warn = _check("        Health Status                  : Warning\n")
+
+        assert (Severity.ERROR, "health Alarm") == (alarm[0], alarm[1]["check"])
+        assert Severity.WARNING == warn[0]
+
+    def test_ascend_dmi_fail_names_the_item(self) -> None:
+        """``ascend-dmi -dg``: the item line, then its result."""
+        severity, captures, _owner = _check(text_of('''
+            Hardware:
+                driver:
+                    HEALTH
+                hbm:
+                    FAIL
+            '''))
+
+        assert (Severity.ERROR, "hbm: FAIL") == (severity, captures["check"])
+
+    def test_nccl_tests_wrong_results_are_read_from_the_table(self) -> None:
+        """A non-zero ``#wrong`` in a row, read with the table's own header."""
+        severity, captures, _owner = _check(text_of('''
+            #                                                              out-of-place                       in-place
+            #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+            #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+                       8             2     float     sum      -1    30.22    0.00    0.00      0    29.80    0.00    0.00      0
+                 1048576        262144     float     sum      -1    98.11   10.69   18.70      0    97.42   10.76   18.83      3
+            # Out of bounds values : 0 OK
+            '''))
+
+        assert (Severity.ERROR, "nccl-tests") == (severity, captures["tool"])
+        assert "#wrong 3 at size 1048576" == captures["check"]
+
+    @pytest.mark.parametrize(("line", "tool"), [
+        ("# Out of bounds values : 12 FAILED", "nccl-tests"),
+        ("========= ERROR SUMMARY: 3 errors", "compute-sanitizer"),
+        ("100.0%  proc'd: 1812 (40196 Gflop/s)   errors: 18  (FAULTY)   temps: 61 C", "gpu-burn"),
+        ('    "result": "FAIL",', "diagnostic"),
+    ], ids=lambda v: v[:30])
+    def test_summary_lines_of_failed_runs(self, line: str, tool: str) -> None:
+        """Counts above zero, FAULTY, a JSON result of FAIL."""
+        assert tool == _check(line + "\n")[1]["tool"]
+
+
+class TestPassingDiagnosticsAreQuiet:
+    def test_passing_output_of_every_tool_is_quiet(self) -> None:
+        """Pending No, Health OK, PASS/HEALTH, #wrong 0, 0 errors, OK."""
+        found = generic_scan(text_of('''
+                Remapped Rows
+                    Pending                           : No
+                    Remapping Failure Occurred        : No
+                Reset Required                        : No
+            | 0     910B3               | OK            | 93.7        38                0    / 0             |
+                    Health Status                  : OK
+            Hardware:
+                device:
+                    HEALTH
+                network:
+                    PASS
+            #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+                       8             2     float     sum      -1    30.22    0.00    0.00      0    29.80    0.00    0.00      0
+                    1024           256     float     sum      -1    31.02    0.03    0.06    N/A    30.11    0.03    0.06    N/A
+            # Out of bounds values : 0 OK
+            # Avg bus bandwidth    : 9.38
+            ========= ERROR SUMMARY: 0 errors
+            100.0%  proc'd: 1812 (40196 Gflop/s)   errors: 0   temps: 61 C
+            {"result": "PASS", "status": "ok"}
+            '''))
+
+        assert [] == loud(found)
+
+    def test_a_fail_line_outside_a_diagnostic_item_is_not_a_check(self) -> None:
+        """A bare FAIL needs the item line above it."""
+        assert [] == [d for d in generic_scan("Summary:\n    FAIL\n") if d.signature == CHECK]

@@ -1,0 +1,261 @@
+"""The generic layer's second shape: a native crash, however it is printed.
+
+Fatal signals and aborts as glog/absl, faulthandler, the C runtime, shells, the Go and Rust
+runtimes and launchers report them; a child that died of a signal. A stop someone asked for
+(SIGTERM, Ctrl-C) is not a crash. These run the generic layer alone (no signatures).
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.generic import corpus_lines, generic_scan, loud, only, text_of
+
+from sigwatch.detectors.generic import native
+from sigwatch.model import Severity
+
+CRASH = "generic_native_crash"
+
+
+def _crash(text: str) -> dict[str, str]:
+    d = only(generic_scan(text), CRASH)
+    assert Severity.ERROR == d.severity
+    return dict(d.captures)
+
+
+class TestFatalSignalsAsToolsPrintThem:
+    @pytest.mark.parametrize(("line", "signal"), [
+        ("*** SIGSEGV received at time=1716537012 on cpu 7 ***", "SIGSEGV"),
+        ('*** Aborted at 1716537012 (unix time) try "date -d @1716537012" if you are using GNU '
+         "date ***", "SIGABRT"),
+        ("*** SIGABRT (@0x3e800001f5a) received by PID 8026 (TID 0x7f3a) from PID 8026; stack "
+         "trace: ***", "SIGABRT"),
+        ("Segmentation fault (core dumped)", "SIGSEGV"),
+        ("Bus error (core dumped)", "SIGBUS"),
+        ("Floating point exception (core dumped)", "SIGFPE"),
+        ("Illegal instruction (core dumped)", "SIGILL"),
+        ("Aborted (core dumped)", "SIGABRT"),
+        ("Killed", "SIGKILL"),
+        ("/var/spool/slurmd/job1234/slurm_script: line 14: 88213 Killed   python train.py",
+         "SIGKILL"),
+        ("./run.sh: line 34: 147149 Segmentation fault      (core dumped) singularity exec "
+         "img.sif python3 train.py", "SIGSEGV"),
+        ("zsh: segmentation fault (core dumped)  python train.py", "SIGSEGV"),
+        ("[1]    2964311 abort (core dumped)  python test.py", "SIGABRT"),
+        ("0: Program received signal SIGSEGV: Segmentation fault - invalid memory reference.",
+         "SIGSEGV"),
+        ("Process finished with exit code 137 (interrupted by signal 9: SIGKILL)", "SIGKILL"),
+    ], ids=lambda v: v[:40] if isinstance(v, str) else v)
+    def test_signal_reports_name_the_signal(self, line: str, signal: str) -> None:
+        """Each form is a crash (error) naming its signal."""
+        assert signal == _crash(line + "\n")["signal"]
+
+    @pytest.mark.parametrize(("line", "signal"), [
+        ("Child process 4411 exited with signal 9", "SIGKILL"),
+        ("subprocess.CalledProcessError: Command 'nvcc' died with <Signals.SIGKILL: 9>.",
+         "SIGKILL"),
+        ("  exitcode  : -9 (pid: 14750)", "SIGKILL"),
+        ("  traceback : Signal 6 (SIGABRT) received by PID 221203", "SIGABRT"),
+        ("mpirun noticed that process rank 5 with PID 2233 on node gpu-3 exited on signal 11 "
+         "(Segmentation fault).", "SIGSEGV"),
+        ("torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal "
+         "SIGKILL", "SIGKILL"),
+        ("Error: Process completed with exit code 139.", "SIGSEGV"),
+        ("[12345.678] Memory cgroup out of memory: Killed process 140339 (python3) "
+         "total-vm:120832kB, anon-rss:15596kB", "SIGKILL"),
+        ("systemd[1]: trainer.service: Main process exited, code=killed, status=9/KILL",
+         "SIGKILL"),
+        ("    Reason:       OOMKilled", "SIGKILL"),
+        ("[77810.541290] python[29021]: segfault at 0 ip 00007f6b2c1a3e21 sp 00007ffd5b3b0a50 "
+         "error 4 in libtorch_cuda.so[7f6b2a000000+4b000000]", "SIGSEGV"),
+        ("[12.000000] traps: python3[4411] general protection fault ip:7f3a1c2b sp:7ffc9a10 "
+         "error:0 in libc.so.6[7f3a1c000000+195000]", "SIGSEGV"),
+        ("[12.000000] traps: trainer[4411] trap divide error ip:55d1 sp:7ffc error:0 in "
+         "trainer[55d0+1000]", "SIGFPE"),
+    ], ids=lambda v: v[:40] if isinstance(v, str) else v)
+    def test_children_that_die_of_a_signal(self, line: str, signal: str) -> None:
+        """Launchers, schedulers and runtimes reporting a child killed by a signal."""
+        assert signal == _crash(line + "\n")["signal"]
+
+
+class TestAbortsAndFailedChecks:
+    def test_terminate_called_names_the_exception_and_what(self) -> None:
+        """The C++ runtime's abort on an uncaught exception; ``what()`` is the next line."""
+        captures = _crash(text_of('''
+            terminate called after throwing an instance of 'c10::Error'
+              what():  CUDA error: device-side assert triggered
+            '''))
+
+        assert {"kind": "abort", "signal": "SIGABRT",
+                "what": "CUDA error: device-side assert triggered"} == captures
+
+    @pytest.mark.parametrize("line", [
+        "F0904 14:25:50.808766  6518 worker_pool.cc:364] Check failed: port > 0 (0 vs. 0)",
+        "[libprotobuf FATAL google/protobuf/message_lite.cc:68] CHECK failed: (byte_size) <= "
+        "(INT_MAX): ",
+        "python: /src/csrc/ops.cu:88: void run(): Assertion `n > 0' failed.",
+        "double free or corruption (out)",
+        "*** stack smashing detected ***: terminated",
+        "[gpu001:00000] *** An error occurred in MPI_Init",
+        "Abort(271763599) on node 7 (rank 7 in comm 0): Fatal error in internal_Send",
+    ], ids=lambda v: v[:40])
+    def test_aborts_and_failed_checks_are_crashes(self, line: str) -> None:
+        """glog CHECK, protobuf CHECK, assert(), glibc's heap checks, MPI's error handlers."""
+        assert _crash(line + "\n")["kind"] in ("check", "abort")
+
+    @pytest.mark.parametrize("line", [
+        "panic: runtime error: invalid memory address or nil pointer dereference",
+        "fatal error: all goroutines are asleep - deadlock!",
+        "thread '<unnamed>' panicked at 'called `Result::unwrap()` on an `Err` value', "
+        "src/tokenizer.rs:12:5",
+        'Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',
+    ], ids=lambda v: v[:30])
+    def test_other_runtimes_crash_reports(self, line: str) -> None:
+        """Go's panic and fatal error, a Rust panic, an uncaught Java exception."""
+        assert "runtime_panic" == _crash(line + "\n")["kind"]
+
+    def test_faulthandler_names_the_innermost_user_frame(self) -> None:
+        """``Fatal Python error`` and the current thread's frames, newest first."""
+        found = generic_scan(text_of('''
+            Fatal Python error: Segmentation fault
+
+            Current thread 0x00007f4ebf9d3740 (most recent call first):
+              File "/usr/lib/python3/dist-packages/torch/distributed/c10d_logger.py", line 79 in wrapper
+              File "/job/model/attention.py", line 118 in forward
+              File "/job/train.py", line 40 in step
+
+            Thread 0x00007f4e31ffb640 (most recent call first):
+              File "/usr/lib/python3.10/threading.py", line 324 in wait
+
+            Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)
+            '''))
+
+        d = only(found, CRASH)
+        assert Severity.ERROR == d.severity
+        assert {"reason": "Segmentation fault",
+                "frame": "/job/model/attention.py:118 in forward"} == dict(d.captures)
+
+
+class TestOneCrashOneDetection:
+    def test_the_lines_of_one_crash_make_one_detection(self) -> None:
+        """A glog check failure, its stack and the shell's abort are one crash."""
+        found = generic_scan(text_of('''
+            F0512 10:00:00.000001  9123 dataset.cc:77] Check failed: fd >= 0
+            *** Check failure stack trace: ***
+                @     0x7f2b8c1d3a60  google::LogMessage::Fail()
+                @     0x7f2b8c1d5b2e  google::LogMessage::SendToLog()
+            Aborted (core dumped)
+            '''))
+
+        assert 1 == len([d for d in found if d.signature == CRASH])
+
+
+class TestStopsThatAreNotCrashes:
+    @pytest.mark.parametrize("line", [
+        "Terminated",
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 812914 closing "
+        "signal SIGTERM",
+        "  exitcode  : -15 (pid: 14750)",
+        "Exited with exit code 143",
+    ], ids=lambda v: v[:30])
+    def test_a_stop_request_is_information_only(self, line: str) -> None:
+        """SIGTERM is a stop someone asked for (preemption, a launcher, a time limit)."""
+        assert [] == loud(generic_scan(line + "\n"))
+
+    @pytest.mark.parametrize("line", [
+        "Killed 3 stale worker processes before restart",
+        "INFO: Process exited with code 0",
+        "exit code 130",
+        "Aborted!",
+    ], ids=lambda v: v[:30])
+    def test_near_misses_are_quiet(self, line: str) -> None:
+        """Words of a crash in a sentence, a clean exit, Ctrl-C (130), click's 'Aborted!'."""
+        assert [] == loud(generic_scan(line + "\n"))
+
+
+class TestChineseLocale:
+    @pytest.mark.parametrize(("line", "signal"), [
+        ("段错误 (核心已转储)", "SIGSEGV"),
+        ("./train.sh: 行 14: 88213 已杀死   python train.py", "SIGKILL"),
+        ("已放弃 (核心已转储)", "SIGABRT"),
+        ("总线错误", "SIGBUS"),
+        ("浮点数例外 (核心已转储)", "SIGFPE"),
+    ], ids=lambda v: v[:12])
+    def test_shell_reports_in_a_chinese_locale(self, line: str, signal: str) -> None:
+        """glibc's and bash's zh_CN catalogues: the same reports, translated."""
+        assert signal == _crash(line + "\n")["signal"]
+
+
+def test_a_kernel_report_quoted_in_a_jobs_output_is_not_a_crash() -> None:
+    """``segfault at ... ip`` is news where the kernel says it, not in a job's own log."""
+    line = ("[77810.541290] python[29021]: segfault at 0 ip 00007f6b2c1a3e21 sp 00007ffd5b3b0a50 "
+            "error 4 in libtorch_cuda.so\n")
+
+    assert [] == loud(generic_scan(line, kind="file"))
+    assert CRASH == only(generic_scan(line, kind="kmsg"), CRASH).signature
+
+
+# Lines for each phrase of ``native._PHRASE_RES``, in its order (one per branch with its own
+# literal in ``native._PHRASE_HINTS``).
+PHRASE_EXAMPLES: list[tuple[str, ...]] = [
+    ("terminate called after throwing an instance of 'c10::Error'",
+     "terminate called recursively"),
+    ("double free or corruption (out)", "free(): invalid pointer",
+     "munmap_chunk(): invalid pointer", "malloc(): corrupted top size",
+     "corrupted size vs. prev_size", "*** stack smashing detected ***: terminated",
+     "pure virtual method called"),
+    ("*** SIGSEGV received at time=1716537012 on cpu 7 ***",),
+    ("*** Aborted at 1716537012 (unix time) try \"date -d @1716537012\" if you are using GNU",),
+    ("*** Check failure stack trace: ***",),
+    ("F0522 10:00:00.000000  1234 graph.cc:12] Check failed: x == y (3 vs. 4)",
+     "[F socket.cpp:42] CHECK failed: fd >= 0"),
+    ("python: malloc.c:2379: sysmalloc: Assertion `old_size == 0' failed.",),
+    ("Program received signal SIGSEGV, Segmentation fault.",),
+    ("Signal 6 (SIGABRT) received by PID 4321",),
+    ("worker 3 exited with signal SIGKILL", "rank 2 was killed by signal 9"),
+    ("process 12 died with <Signals.SIGKILL: 9>",),
+    ("2024-05-01 12:00:00 received signal SIGSEGV, terminating",),
+    ("exitcode  : -9 (pid: 1234)", "returncode=-11"),
+    ("Process exited with exit code 137", "return code 134"),
+    ("[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x45d2a1]",),
+    ("MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",),
+    ("*** An error occurred in MPI_Init_thread",
+     "MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,",
+     "Abort(1091215) on node 7 (rank 7 in comm 0): Fatal error in PMPI_Init_thread"),
+    ("Out of memory: Killed process 4242 (python) total-vm:88123456kB, anon-rss:7123456kB",),
+    ("python[4242]: segfault at 0 ip 00007f3a1c2b3d4e sp 00007ffd8a7b6c50 error 4 in libc.so",),
+    ("traps: python[4242] general protection fault ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0",
+     "traps: python[4242] trap divide error ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0",
+     "traps: python[4242] trap invalid opcode ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0",
+     "traps: python[4242] trap stack segment ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0",
+     "traps: python[4242] trap int3 ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0"),
+    ("train.service: Main process exited, code=killed, status=9/KILL",),
+    ("train.service: Main process exited, code=exited, status=1/FAILURE",),
+    ("      Reason:       OOMKilled",),
+    ("Warning  BackOff  3m  kubelet  Back-off restarting failed container trainer",
+     "trainer-0   0/1     CrashLoopBackOff   5 (2m ago)   10m"),
+    ("panic: runtime error: invalid memory address or nil pointer dereference",),
+    ("fatal error: concurrent map writes",),
+    ("thread 'main' panicked at src/main.rs:10:5:",),
+    ('Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',),
+]
+
+
+class TestPhraseHints:
+    def test_every_phrase_has_an_example(self) -> None:
+        """A new phrase needs a line here (and a literal in ``_PHRASE_HINTS``)."""
+        assert len(native._PHRASE_RES) == len(PHRASE_EXAMPLES)
+        for (_kind, pattern), lines in zip(native._PHRASE_RES, PHRASE_EXAMPLES, strict=True):
+            for line in lines:
+                assert pattern.search(line), (pattern.pattern, line)
+                assert native.match_crash(line) is not None, line
+
+    def test_the_hints_skip_no_line_a_phrase_reports(self) -> None:
+        """Every line of the corpora and of these examples: the same crash with the literal
+        pre-check as with every phrase tried."""
+        lines = {line for lines in PHRASE_EXAMPLES for line in lines} | set(corpus_lines())
+        assert len(lines) > 3000
+
+        found = [line for line in lines if native.match_crash(line, hints=False) is not None]
+        assert len(found) > 60
+        for line in lines:
+            assert native.match_crash(line, hints=False) == native.match_crash(line), line

@@ -1,0 +1,351 @@
+"""The generic layer's third shape: error- and fatal-level records, by component.
+
+A record in a format training stacks write is classified by component from its vocabulary, its
+message masked into a template, a documented vendor code named with its meaning. Severity:
+a fatal record is an error; an error record is a warning when its component is known, it
+carries a documented code, it reports a process exit or a resource exhausted; otherwise it is
+information only. Retries, counters at zero, deprecations and known start-up noise make nothing.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from support.generic import corpus_lines, generic_scan, loud, only, text_of
+
+from sigwatch.detectors.generic import detector, records, tracebacks
+from sigwatch.detectors.generic._text import literal_first
+from sigwatch.detectors.generic.codes import CodeTable
+from sigwatch.detectors.generic.records import classify, parse_record
+from sigwatch.model import Severity
+from sigwatch.patterns.loader import builtin_pattern_dir
+
+RECORD = "generic_error_record"
+
+
+def _record(line: str) -> tuple[Severity, dict[str, str]]:
+    d = only(generic_scan(line + "\n"), RECORD)
+    return d.severity, dict(d.captures)
+
+
+class TestFormats:
+    @pytest.mark.parametrize(("line", "form", "level"), [
+        ("ERROR:trainer:checkpoint upload to s3 failed", "python", "error"),
+        ("2024-05-01 10:00:00,123 - dataloader - ERROR - worker 3 died", "python", "error"),
+        ("[2024-05-01 10:00:00,123] [ERROR] [engine.py:1120:step] gradient overflow", "bracket",
+         "error"),
+        ("ERROR 05-01 10:00:00 [engine.py:88] Engine core failed", "python", "error"),
+        ("2024-05-01 10:00:00,123\tERROR worker.py:2012 -- Task failed", "python", "error"),
+        ("2024-05-01 10:00:00.123 | ERROR    | train:step:42 - NaN in batch", "python", "error"),
+        ("E1120 12:00:00.123456  1234 ProcessGroupNCCL.cpp:616] NCCL watchdog caught error",
+         "glog", "error"),
+        ("F1120 12:00:00.123456  1234 file.cc:12] Check failed: x", "glog", "fatal"),
+        ("2018-05-28 23:08:09.915921: E tensorflow/stream_executor/cuda/cuda_dnn.cc:385] could "
+         "not create cudnn handle", "glog", "error"),
+        ("[E socket.cpp:610] [c10d] The server socket has failed to listen", "glog", "error"),
+        ("[rank0]:[E321 02:07:08.465150152 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 0] Exception "
+         "detected by watchdog", "glog", "error"),
+        ("[2024-05-01 10:00:00,123 E 9387 9387] (raylet) node_manager.cc:2868: worker died",
+         "ray", "error"),
+        ("[ERROR] RUNTIME(1234,python):2024-01-01-12:00:00.123.456 [stream.cc:1066] "
+         "SyncStream failed", "cann", "error"),
+        ("[ERROR] ME(12345:140000,MainProcess):2024-01-01-12:00:00.123.456 [kernel.cc:12] "
+         "Launch] kernel launch failed", "cann", "error"),
+        ("[TRT] [E] 1: [defaultAllocator.cpp::deallocate::35] Error Code 1: Cuda Runtime",
+         "bracket", "error"),
+        ("[TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp", "bracket", "error"),
+        ("[19:08:34.164986][PASS_MANAGER          ][error][tid:44F8A] Graph optimization failed",
+         "bracket", "error"),
+        ('time="2024-05-01T10:00:00Z" level=error msg="failed to get device handle" '
+         "component=device-plugin", "logfmt", "error"),
+        ('{"level":"fatal","ts":1714557600.1,"msg":"cannot open /dev/nvidiactl"}', "json",
+         "fatal"),
+        ("srun: error: node17: task 3: Exited with exit code 1", "program", "error"),
+        ('docker: Error response from daemon: could not select device driver "" with '
+         "capabilities: [[gpu]].", "program", "error"),
+        ("MIOpen(HIP): Error [BuildOcl] comgr status = INVALID_ARGUMENT (2)", "component",
+         "error"),
+        ("Error: an illegal memory access was encountered at device_memory.cu:121", "component",
+         "error"),
+    ], ids=lambda v: v[:36])
+    def test_each_format_is_read_with_its_level(self, line: str, form: str,
+                                                level: str) -> None:
+        """The format's own level, not a word in the message."""
+        record = parse_record(line)
+
+        assert record is not None
+        assert (form, level) == (record.form, record.level)
+
+    @pytest.mark.parametrize("line", [
+        "INFO:trainer:saved checkpoint, 0 errors",
+        "W0302 19:39:39.186000 22436 redirects.py:27] NOTE: Redirects are not supported",
+        "2024-05-01 10:00:00,123 - trainer - WARNING - error rate above 1%",
+        "[2024-05-01 10:00:00,123] [INFO] [engine.py:12:step] error_bound=0.1",
+        "Training failed with ERROR code 3 according to the user",
+        "validation_error: 0.0123",
+    ], ids=lambda v: v[:36])
+    def test_lower_levels_and_prose_are_not_error_records(self, line: str) -> None:
+        """A level below error, or an error word that is not in the level's place."""
+        assert parse_record(line) is None
+
+
+class TestComponents:
+    @pytest.mark.parametrize(("line", "component"), [
+        ("ERROR:x:NCCL WARN NET/IB : Got completion from peer with error 12", "interconnect"),
+        ("ERROR:x:failed to write checkpoint: No space left on device", "storage"),
+        ("ERROR:x:docker: failed to start container", "container_runtime"),
+        ("ERROR:x:slurmstepd: job step 12.0 aborted", "scheduler"),
+        ("ERROR:x:all_reduce timed out in ProcessGroupNCCL", "collective"),
+        ("ERROR:x:CUDA driver returned an error initialising the device", "accelerator_runtime"),
+        ("[ERROR] HCCL(1234,python):2024-01-01-12:00:00.123.456 [op.cc:1] notify wait failed",
+         "collective"),
+        ("ERROR:x:the config file is malformed", "other"),
+    ], ids=lambda v: v[:30])
+    def test_the_component_comes_from_the_vocabulary(self, line: str, component: str) -> None:
+        """The most specific subject wins (an NCCL line about IB is the interconnect)."""
+        record = parse_record(line)
+
+        assert record is not None
+        assert component == classify(record)
+
+
+class TestSeverityRules:
+    def test_a_classified_error_record_is_a_warning_with_a_masked_template(self) -> None:
+        """Numbers, hex, paths and ids are masked in the template."""
+        severity, captures = _record(
+            "E1120 12:00:00.123456  1234 ProcessGroupNCCL.cpp:616] [Rank 3] NCCL communicator "
+            "0x7f3a2c00 aborted after 600123 ms, state dumped to /tmp/nccl/dump-3.bin")
+
+        assert Severity.WARNING == severity
+        assert "collective" == captures["component"]
+        assert "[Rank <*>] NCCL communicator <*> aborted after <*> ms, state dumped to <*>" == (
+            captures["template"])
+
+    def test_a_bare_error_in_an_unknown_component_is_information_only(self) -> None:
+        """Nothing says what failed or that it matters."""
+        severity, captures = _record("ERROR:app:could not parse optional field 'notes'")
+
+        assert Severity.INFO == severity
+        assert "other" == captures["component"]
+
+    def test_a_bare_error_followed_by_the_process_ending_is_a_warning(self) -> None:
+        """The record is information only unless the process ends within the next lines:
+        then it is a warning naming the line that says so."""
+        for ending in ("srun: error: node7: task 0: Exited with exit code 1",
+                       "Segmentation fault (core dumped)"):
+            found = generic_scan(text_of(f'''
+                ERROR:app:could not parse optional field 'notes'
+                saving partial results
+                {ending}
+                '''))
+
+            [record] = [d for d in found if d.text is not None and "notes" in d.text]
+            assert Severity.WARNING == record.severity, ending
+            assert ("ended", ending) in record.facts
+
+    def test_a_bare_error_the_process_survives_stays_information(self) -> None:
+        """Fifty lines later the process is still there: information only."""
+        found = generic_scan("ERROR:app:could not parse optional field 'notes'\n"
+                             + "".join(f"step {i} loss 2.0\n" for i in range(60))
+                             + "Killed\n")
+
+        assert Severity.INFO == only(found, RECORD).severity
+
+    def test_a_fatal_record_is_an_error(self) -> None:
+        """The writer says the process cannot go on."""
+        severity, _captures = _record("CRITICAL:trainer:model state is corrupt, stopping")
+
+        assert Severity.ERROR == severity
+
+    @pytest.mark.parametrize("line", [
+        "[cosmos] 2026-05-14 05:28:06,261 - cosmos - ERROR - Process 1 failed with return "
+        "code 1",
+        "ERROR:app:worker ran out of memory while decoding",
+        "2024-05-01 10:00:00 - w - ERROR - Error running aggregate: [Errno 24] Too many open "
+        "files",
+    ], ids=lambda v: v[:30])
+    def test_an_exit_or_exhausted_resource_makes_an_unknown_component_a_warning(
+            self, line: str) -> None:
+        """The process ended, or ran out of memory, files or disk."""
+        severity, _captures = _record(line)
+
+        assert Severity.WARNING == severity
+
+    @pytest.mark.parametrize("line", [
+        "ERROR:hub:download failed, will retry in 10 s",
+        "2024-05-01 10:00:00,123 - io - ERROR - read timed out (attempt 2/5)",
+        "ERROR:metrics:errors: 0, failures: 0",
+        "ERROR:compat:torch.cuda.amp.GradScaler is deprecated",
+        "2025-11-30 03:28:12.788229: E external/local_xla/xla/stream_executor/cuda/"
+        "cuda_dnn.cc:8454] Unable to register cuDNN factory: Attempting to register factory "
+        "for plugin cuDNN when one has already been registered",
+    ], ids=lambda v: v[:30])
+    def test_retries_counters_deprecations_and_known_noise_are_quiet(self, line: str) -> None:
+        """Records that report no failure make no detection at all."""
+        assert [] == generic_scan(line + "\n")
+
+    def test_the_same_template_is_reported_once(self) -> None:
+        """A record repeated with other numbers is one finding."""
+        text = "".join(f"E1120 12:00:0{i}.000000  1 nccl.cc:1] NCCL timeout on rank {i}\n"
+                       for i in range(5))
+
+        assert 1 == len(generic_scan(text))
+
+
+@pytest.fixture(name="codes", scope="module")
+def _codes() -> CodeTable:
+    return CodeTable.load(builtin_pattern_dir() / "_enums")
+
+
+class TestVendorCodes:
+    @pytest.mark.parametrize(("line", "code", "meaning"), [
+        ("[ERROR] RUNTIME(1234,python):2024-01-01-12:00:00.123.456 [stream.cc:1066] Stream "
+         "synchronize failed, error code=507014", "507014", "aicore execution times out"),
+        ("ERROR:npu:EZ9999: Inner Error!", "EZ9999", "inner error"),
+        ("ERROR:acl:launch failed: ACL_ERROR_RT_AICORE_TIMEOUT", "ACL_ERROR_RT_AICORE_TIMEOUT",
+         "aicore execution times out"),
+        ("E0101 00:00:00.000000 1 k.cc:1] kernel launch: cudaErrorLaunchFailure",
+         "cudaErrorLaunchFailure", "launch failure"),
+        ("ERROR:dist:NCCL call returned ncclSystemError", "ncclSystemError",
+         "unhandled system error"),
+        ("ERROR:ofi:fi_sendmsg returned FI_EAGAIN", "FI_EAGAIN", "resource temporarily"),
+    ], ids=lambda v: v[:30])
+    def test_a_documented_code_is_named_with_its_meaning(self, codes: CodeTable, line: str,
+                                                         code: str, meaning: str) -> None:
+        """The meaning comes from the vendor's own table (patterns/_enums)."""
+        severity, captures = _record(line)
+
+        assert Severity.WARNING <= severity
+        assert code == captures["code"]
+        assert meaning in captures["meaning"].lower()
+        assert code in {c.name for c in codes.find(line)}
+
+    def test_a_line_led_by_a_documented_error_code_is_a_record(self) -> None:
+        """``hipErrorNoBinaryForGpu: ...`` has no level, but the code says it."""
+        severity, captures = _record(
+            "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!")
+
+        assert Severity.WARNING == severity
+        assert "accelerator_runtime" == captures["component"]
+
+    @pytest.mark.parametrize("line", [
+        "E20001 fusion passes: 0 failed, 37 applied",
+        "I0105 18:00:00.000412       1 health.go:60] Error shutting down NVML: "
+        "ERROR_UNINITIALIZED",
+        "NCCL INFO NET/OFI Using provider efa; retrying later on FI_EAGAIN",
+        "ncclSuccess",
+        "cudaErrorNotReady returned by cudaEventQuery while polling",
+    ], ids=lambda v: v[:30])
+    def test_code_look_alikes_and_low_levels_are_quiet(self, line: str) -> None:
+        """A code without the error manager's colon, an info record, a status word, success,
+        a 'not ready' answer to a poll."""
+        assert [] == loud(generic_scan(line + "\n"))
+
+    def test_the_tables_load_every_usable_family(self, codes: CodeTable) -> None:
+        """Thousands of documented codes, success and warning codes left out."""
+        assert len(codes) > 1500
+        assert [] == codes.find("cudaSuccess HCCL_SUCCESS W40010: x ERR00000")
+
+
+class TestMessageText:
+    def test_the_detection_says_what_and_where(self) -> None:
+        """Title by component, the summary names level, component, code and message."""
+        d = only(generic_scan(
+            "ERROR:dist:NCCL call returned ncclSystemError on rank 3\n"), RECORD)
+
+        assert "Error Log Record (Collective Library)" == d.title
+        assert "ERROR from collective: ncclSystemError (unhandled system error" in (
+            d.remediation.summary)
+        assert d.remediation.summary.endswith("NCCL call returned ncclSystemError on rank 3")
+        assert ("component", "collective") in d.labels
+
+
+def test_a_record_inside_a_traceback_report_is_still_read() -> None:
+    """The launcher's error record after a traceback is both end evidence and a record."""
+    found = generic_scan(text_of('''
+        Traceback (most recent call last):
+          File "train.py", line 9, in <module>
+            main()
+        ValueError: boom
+        ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0
+        '''))
+
+    assert {"generic_traceback", RECORD} == {d.signature for d in loud(found)}
+
+
+def test_records_go_to_the_non_paging_route_and_crashes_page() -> None:
+    """Error records are ``test`` (Alertmanager's non-paging route); a crash is ``stable``."""
+    found = generic_scan("ERROR:dist:NCCL call returned ncclSystemError on rank 3\n"
+                         "Segmentation fault (core dumped)\n")
+
+    assert {"generic_error_record": "test", "generic_native_crash": "stable"} == {
+        d.signature: d.status for d in found}
+
+
+# -- the patterns, rewritten for speed, match as written -------------------------------------------
+
+REWRITTEN = [
+    *((f"vocabulary {name}", words) for name, words in records.VOCABULARY_WORDS),
+    ("ended", tracebacks.ENDED_WORDS),
+    ("continued", tracebacks.CONTINUED_WORDS),
+    ("exit", detector.EXIT_WORDS),
+    ("strong", detector.STRONG_WORDS),
+    ("benign", detector.BENIGN_WORDS),
+]
+
+
+class TestLiteralFirst:
+    @pytest.mark.parametrize(("pattern", "rewritten"), [
+        (r"\bmlx\d|infiniband", r"m(?<!\wm)lx\d|infiniband"),
+        (r"\b(?:no|zero) errors\b|deprecat",
+         r"n(?<!\wn)o errors\b|z(?<!\wz)ero errors\b|deprecat"),
+        (r"(?i)\bretry", r"(?i)r(?<!\wr)etry"),
+        # left alone: a class, a quantified group, a named group, an escape first
+        (r"[|(]x|\b[a]b", r"[|(]x|\b[a]b"),
+        (r"\b(?:a|b)?c", r"\b(?:a|b)?c"),
+        (r"\b(?:(?P<n>a)|b)c", r"\b(?:(?P<n>a)|b)c"),
+        (r"\b\d+|x(?:a|b)", r"\b\d+|x(?:a|b)"),
+    ])
+    def test_the_rewriting(self, pattern: str, rewritten: str) -> None:
+        assert rewritten == literal_first(pattern)
+
+    @pytest.mark.parametrize(("name", "words"), REWRITTEN, ids=[n for n, _w in REWRITTEN])
+    def test_every_alternative_starts_with_a_literal(self, name: str, words: str) -> None:
+        """What makes ``re`` skip ahead: no alternative is left starting with a boundary."""
+        assert not any(alt.startswith("\\b") for alt in literal_first(words).split("|")), name
+
+    @pytest.mark.parametrize(("name", "words"), REWRITTEN, ids=[n for n, _w in REWRITTEN])
+    def test_the_same_matches_on_every_line_of_the_corpora(self, name: str,
+                                                            words: str) -> None:
+        written, rewritten = re.compile(words), re.compile(literal_first(words))
+        lines = corpus_lines()
+        assert len(lines) > 3000
+
+        for line in (*lines, *(line.lower() for line in lines)):
+            a, b = written.search(line), rewritten.search(line)
+            assert (a and a.span()) == (b and b.span()), (name, line)
+
+    def test_lowercase_patterns_on_lowercased_lines_as_case_insensitive_ones(self) -> None:
+        """``(?i)`` defeats the skipping: the record words match the lowercased message."""
+        cases = [(detector.EXIT_WORDS, detector._EXIT_RE),
+                 (detector.STRONG_WORDS, detector._STRONG_RE),
+                 (detector.BENIGN_WORDS, detector._BENIGN_RECORD_RE)]
+        hits = 0
+        for words, compiled in cases:
+            insensitive = re.compile("(?i)" + words)
+            for line in corpus_lines():
+                expected = insensitive.search(line) is not None
+                assert expected == (compiled.search(line.lower()) is not None), line
+                hits += expected
+        assert hits > 50
+
+    def test_ended_and_continued_as_the_single_patterns_they_replace(self) -> None:
+        was_ended = re.compile(tracebacks.ENDED_WORDS + r"|^Killed\b|^Aborted\b")
+        was_continued = re.compile("(?i)" + tracebacks.CONTINUED_WORDS + r"|^ok$|^\.{1,80}$")
+        lines = [*corpus_lines(), "Killed", "Aborted (core dumped)", "OK", "ok", "....", "."]
+        for line in lines:
+            assert (was_ended.search(line) is not None) == tracebacks.ended(line), line
+            assert (was_continued.search(line) is not None) == tracebacks.continued(line), line
+        assert sum(tracebacks.ended(line) for line in lines) > 20
+        assert sum(tracebacks.continued(line) for line in lines) > 20

@@ -1,0 +1,514 @@
+"""The generic layer's first shape: a Python traceback that ends a process, a rank or a thread.
+
+Whatever the exception class, chained or wrapped by a launcher or an actor framework, behind
+launcher prefixes: one detection that names the exception and the innermost frame of the user's
+code. A traceback that ends nothing (logged at a low level, ignored, printed by a test harness,
+followed by the run going on) makes none. These run the generic layer alone (no signatures), so
+they show what it catches on its own.
+"""
+
+from __future__ import annotations
+
+from support.generic import generic_scan, loud, only, text_of
+
+from sigwatch.model import Severity
+
+TB = "generic_traceback"
+
+
+def _captures(found: list) -> dict[str, str]:  # noqa: ANN001 - detections
+    return dict(only(found, TB).captures)
+
+
+class TestAnyExceptionClassEndsTheProcess:
+    def test_bare_assertion_error_without_message_is_an_error_naming_its_frame(self) -> None:
+        """``AssertionError`` alone on its line is the exception; the frame is the user's."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/workspace/train.py", line 12, in <module>
+                assert batch.shape[0] == 64
+            AssertionError
+            '''))
+
+        d = only(found, TB)
+        assert Severity.ERROR == d.severity
+        assert "AssertionError" == d.text
+        assert {"exception": "AssertionError",
+                "frame": "/workspace/train.py:12 in <module>"} == dict(d.captures)
+        assert "user" == d.owner
+
+    def test_stop_iteration_behind_a_rank_prefix_names_the_rank(self) -> None:
+        """``[rank3]:`` is cut by framing and becomes the detection's rank."""
+        found = generic_scan(text_of('''
+            [rank3]: Traceback (most recent call last):
+            [rank3]:   File "/workspace/train.py", line 88, in <module>
+            [rank3]:     main()
+            [rank3]:   File "/workspace/train.py", line 80, in main
+            [rank3]:     batch = next(it)
+            [rank3]:   File "/opt/conda/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 631, in __next__
+            [rank3]:     data = self._next_data()
+            [rank3]: StopIteration: dataloader exhausted in worker 3
+            '''))
+
+        d = only(found, TB)
+        assert "3" == d.rank
+        assert {"exception": "StopIteration", "message": "dataloader exhausted in worker 3",
+                "frame": "/workspace/train.py:80 in main"} == dict(d.captures)
+
+    def test_key_error_and_system_exit_with_a_status_are_failures(self) -> None:
+        """Classes that do not end in Error/Exception still end the process."""
+        for last, cls in (("KeyError: 'lr_scheduler'", "KeyError"),
+                          ("SystemExit: 1", "SystemExit")):
+            found = generic_scan(text_of(f'''
+                Traceback (most recent call last):
+                  File "run.py", line 3, in <module>
+                    main()
+                {last}
+                '''))
+
+            assert cls == _captures(found)["exception"]
+
+    def test_framework_exception_classes_are_named_with_their_module(self) -> None:
+        """``hydra.errors.InstantiationException``, ``torch._dynamo.exc.BackendCompilerFailed``."""
+        hydra = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/home/u/proj/train.py", line 41, in main
+                model = hydra.utils.instantiate(cfg.model)
+              File "/opt/venv/lib/python3.11/site-packages/hydra/_internal/instantiate/_instantiate2.py", line 226, in instantiate
+                return instantiate_node(config, *args, **kwargs)
+            hydra.errors.InstantiationException: Error in call to target 'models.Net':
+            TypeError("__init__() got an unexpected keyword argument 'depth'")
+            '''))
+        dynamo = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/srv/bench.py", line 19, in <module>
+                out = compiled(x)
+              File "/usr/lib/python3/dist-packages/torch/_dynamo/eval_frame.py", line 451, in _fn
+                return fn(*args, **kwargs)
+            torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:
+            RuntimeError: Triton Error [CUDA]: device kernel image is invalid
+
+            Set TORCH_LOGS="+dynamo" and TORCHDYNAMO_VERBOSE=1 for more information
+            '''))
+
+        assert {"exception": "hydra.errors.InstantiationException",
+                "message": "Error in call to target 'models.Net':",
+                "frame": "/home/u/proj/train.py:41 in main"} == _captures(hydra)
+        assert "torch._dynamo.exc.BackendCompilerFailed" == _captures(dynamo)["exception"]
+        assert "/srv/bench.py:19 in <module>" == _captures(dynamo)["frame"]
+
+    def test_innermost_user_frame_skips_libraries_stdlib_frozen_and_launchers(self) -> None:
+        """site-packages, dist-packages, the stdlib, ``<frozen ...>`` and ``bin/torchrun`` are
+        not the user's code; the deepest frame that is wins."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/opt/conda/bin/torchrun", line 33, in <module>
+                sys.exit(load_entry_point('torch', 'console_scripts', 'torchrun')())
+              File "/data/job/src/model/loader.py", line 57, in load_shard
+                return torch.load(path)
+              File "/opt/conda/lib/python3.10/site-packages/torch/serialization.py", line 1028, in load
+                with _open_file_like(f, 'rb') as opened_file:
+              File "/usr/lib/python3.10/pathlib.py", line 1119, in open
+                return self._accessor.open(self, mode, buffering)
+              File "<frozen importlib._bootstrap>", line 1027, in _find_and_load
+            FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/shard-00017.pt'
+            '''))
+
+        assert "/data/job/src/model/loader.py:57 in load_shard" == _captures(found)["frame"]
+
+    def test_a_python_3_11_caret_line_is_part_of_the_frame(self) -> None:
+        """The ``~~^~~`` markers under a source line are not the exception line."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "calc.py", line 4, in <module>
+                print(1 / zero)
+                      ~~^~~~~~
+            ZeroDivisionError: division by zero
+            '''))
+
+        assert "ZeroDivisionError" == _captures(found)["exception"]
+
+
+class TestChainsAndWrappers:
+    def test_during_handling_chain_is_one_detection_naming_the_last_and_its_cause(self) -> None:
+        """Two tracebacks joined by 'During handling...' are one failure."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "train.py", line 20, in load
+                return cache[key]
+            KeyError: 'tokenizer'
+
+            During handling of the above exception, another exception occurred:
+
+            Traceback (most recent call last):
+              File "train.py", line 30, in <module>
+                tok = load("tokenizer")
+              File "train.py", line 22, in load
+                raise RuntimeError("cannot load tokenizer")
+            RuntimeError: cannot load tokenizer
+            '''))
+
+        d = only(found, TB)
+        assert {"exception": "RuntimeError", "message": "cannot load tokenizer",
+                "frame": "train.py:22 in load", "cause": "KeyError: 'tokenizer'"} == dict(
+                    d.captures)
+        assert ("chain", "2") in d.facts
+
+    def test_direct_cause_chain_is_one_detection(self) -> None:
+        """``raise X from Y``: one detection, the cause kept."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "data.py", line 8, in read
+                raise OSError("disk gone")
+            OSError: disk gone
+
+            The above exception was the direct cause of the following exception:
+
+            Traceback (most recent call last):
+              File "data.py", line 14, in <module>
+                read()
+              File "data.py", line 10, in read
+                raise DatasetError("shard 3 unreadable") from exc
+            __main__.DatasetError: shard 3 unreadable
+            '''))
+
+        captures = _captures(found)
+        assert "__main__.DatasetError" == captures["exception"]
+        assert "OSError: disk gone" == captures["cause"]
+
+    def test_torchrun_child_failed_table_names_the_childs_exception(self) -> None:
+        """The table's traceback (indented after ``traceback :``) joins the ChildFailedError
+        report: the child's exception and frame are named, once."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/usr/local/bin/torchrun", line 8, in <module>
+                sys.exit(main())
+              File "/usr/local/lib/python3.10/dist-packages/torch/distributed/run.py", line 794, in main
+                run(args)
+            torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+            ============================================================
+            train.py FAILED
+            ------------------------------------------------------------
+            Failures:
+              <NO_OTHER_FAILURES>
+            ------------------------------------------------------------
+            Root Cause (first observed failure):
+            [0]:
+              time      : 2024-05-02_10:11:12
+              host      : node-17
+              rank      : 0 (local_rank: 0)
+              exitcode  : 1 (pid: 4412)
+              error_file: /tmp/torchelastic_x/none_y/attempt_0/0/error.json
+              traceback : Traceback (most recent call last):
+                File "/usr/local/lib/python3.10/dist-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 346, in wrapper
+                  return f(*args, **kwargs)
+                File "/work/train.py", line 61, in main
+                  raise ValueError(f"bad config: {cfg.name}")
+              ValueError: bad config: tiny
+            ============================================================
+            '''))
+
+        d = only(found, TB)
+        assert {"exception": "ValueError", "message": "bad config: tiny",
+                "frame": "/work/train.py:61 in main",
+                "cause": "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+                } == dict(d.captures)
+
+    def test_ray_task_error_names_the_remote_exception_and_frame(self) -> None:
+        """``RayTaskError(ZeroDivisionError)`` is followed by the task's own frames."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/home/u/driver.py", line 12, in <module>
+                ray.get(work.remote())
+              File "/opt/venv/lib/python3.10/site-packages/ray/_private/worker.py", line 2547, in get
+                raise value.as_instanceof_cause()
+            ray.exceptions.RayTaskError(ZeroDivisionError): ray::work() (pid=5521, ip=10.0.0.4)
+              File "/home/u/driver.py", line 7, in work
+                return 1 / 0
+            ZeroDivisionError: division by zero
+            '''))
+
+        captures = _captures(found)
+        assert "ZeroDivisionError" == captures["exception"]
+        assert "/home/u/driver.py:7 in work" == captures["frame"]
+
+    def test_concurrent_futures_remote_traceback_is_one_failure(self) -> None:
+        """The worker's traceback inside ``\"\"\"`` and the caller's are one report."""
+        found = generic_scan(text_of('''
+            concurrent.futures.process._RemoteTraceback:
+            """
+            Traceback (most recent call last):
+              File "/usr/lib/python3.10/concurrent/futures/process.py", line 246, in _process_worker
+                r = call_item.fn(*call_item.args, **call_item.kwargs)
+              File "/srv/prep.py", line 9, in tokenize
+                raise ValueError("empty document")
+            ValueError: empty document
+            """
+
+            The above exception was the direct cause of the following exception:
+
+            Traceback (most recent call last):
+              File "/srv/prep.py", line 15, in <module>
+                list(pool.map(tokenize, docs))
+              File "/usr/lib/python3.10/concurrent/futures/process.py", line 575, in _chain_from_iterable_of_lists
+                for element in iterable:
+            ValueError: empty document
+            '''))
+
+        captures = _captures(found)
+        assert "ValueError" == captures["exception"]
+        assert "/srv/prep.py:15 in <module>" == captures["frame"]
+
+    def test_multiprocessing_child_traceback_is_a_failure(self) -> None:
+        """``Process SpawnProcess-1:`` then the child's traceback: the child ended."""
+        found = generic_scan(text_of('''
+            Process SpawnProcess-1:
+            Traceback (most recent call last):
+              File "/usr/lib/python3.10/multiprocessing/process.py", line 314, in _bootstrap
+                self.run()
+              File "/app/worker.py", line 33, in run
+                self.step()
+            MemoryError
+            '''))
+
+        d = only(found, TB)
+        assert Severity.ERROR == d.severity
+        assert ("frame", "/app/worker.py:33 in run") in d.captures
+
+    def test_exception_in_thread_is_a_warning_titled_for_a_thread(self) -> None:
+        """A thread died; the process may go on: a warning."""
+        found = generic_scan(text_of('''
+            Exception in thread Thread-3 (prefetch):
+            Traceback (most recent call last):
+              File "/usr/lib/python3.11/threading.py", line 1045, in _bootstrap_inner
+                self.run()
+              File "/app/prefetch.py", line 21, in run
+                item = self.queue.get(timeout=5)
+            queue.Empty
+            '''))
+
+        d = only(found, TB)
+        assert Severity.WARNING == d.severity
+        assert "Python Thread Died On An Uncaught Exception" == d.title
+
+
+class TestPrefixesAndInterleaving:
+    def test_launcher_prefixes_are_read_through(self) -> None:
+        """torchrun --tee, srun --label, Open MPI tags, Ray workers: the same traceback."""
+        body = ['Traceback (most recent call last):',
+                '  File "/job/train.py", line 5, in <module>',
+                '    step()',
+                'RuntimeError: loss exploded']
+        for prefix in ("[default0]:", "0: ", "[1,3]<stderr>:", "(RayTrainWorker pid=8812) "):
+            found = generic_scan("".join(f"{prefix}{line}\n" for line in body))
+
+            assert "RuntimeError" == _captures(found)["exception"], prefix
+
+    def test_interleaved_ranks_are_read_apart(self) -> None:
+        """Two ranks printing tracebacks line by line into one file: each is read whole."""
+        found = generic_scan(text_of('''
+            [rank0]: Traceback (most recent call last):
+            [rank1]: Traceback (most recent call last):
+            [rank0]:   File "/job/train.py", line 40, in forward
+            [rank1]:   File "/job/data.py", line 12, in __getitem__
+            [rank0]:     y = self.head(x)
+            [rank1]:     img = decode(buf)
+            [rank1]: OSError: image file is truncated
+            [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB
+            '''))
+
+        by_rank = {d.rank: dict(d.captures) for d in found if d.signature == TB}
+        assert {"0": ("torch.OutOfMemoryError", "/job/train.py:40 in forward"),
+                "1": ("OSError", "/job/data.py:12 in __getitem__")} == {
+                    r: (c["exception"], c["frame"]) for r, c in by_rank.items()}
+
+    def test_an_unknown_envelope_before_every_line_is_learnt_from_the_first(self) -> None:
+        """A workflow tool's ``<time> [step (pid n)] [id]`` before each line is cut."""
+        found = generic_scan(text_of('''
+            2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee] Traceback (most recent call last):
+            2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee]   File "/flow/train.py", line 79, in save
+            2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee]     torch.save(state, path)
+            2023-04-29 06:01:12.978 [177/train/578 (pid 28936)] [09c561ee] OSError: [Errno 28] No space left on device
+            '''))
+
+        captures = _captures(found)
+        assert ("OSError", "/flow/train.py:79 in save") == (captures["exception"],
+                                                             captures["frame"])
+
+    def test_a_traceback_whose_header_was_cut_off_is_still_read(self) -> None:
+        """A pasted or truncated log that starts in the middle of the frames."""
+        found = generic_scan(text_of('''
+            site-packages/torch/autograd/__init__.py", line 90, in backward
+                allow_unreachable=True)  # allow_unreachable flag
+            RuntimeError: CUDA error: an illegal memory access was encountered
+            '''))
+
+        assert "RuntimeError" == _captures(found)["exception"]
+
+    def test_an_exception_line_printed_alone_is_a_failure(self) -> None:
+        """The last line of a traceback whose frames were not kept (log tail, paste)."""
+        found = generic_scan("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out "
+                             "of memory while trying to allocate 4770354232 bytes.\n")
+
+        assert "jaxlib.xla_extension.XlaRuntimeError" == _captures(found)["exception"]
+
+
+class TestTracebacksThatEndNothing:
+    def test_a_traceback_logged_at_warning_then_the_run_goes_on_is_quiet(self) -> None:
+        """``logger.warning(..., exc_info=True)``: the writer said it is not an error."""
+        found = generic_scan(text_of('''
+            2024-03-02 10:00:01,100 - urllib3.connectionpool - WARNING - Retrying after connection broken
+            Traceback (most recent call last):
+              File "/opt/venv/lib/python3.10/site-packages/urllib3/connectionpool.py", line 703, in urlopen
+                httplib_response = self._make_request(
+            ConnectionResetError: [Errno 104] Connection reset by peer
+            step 1201 | loss 2.314 | 0.41 s/it
+            '''))
+
+        assert [] == loud(found)
+
+    def test_a_traceback_logged_at_info_by_glog_is_quiet(self) -> None:
+        """absl's ``I0101 ...`` record just before the traceback is a low level."""
+        found = generic_scan(text_of('''
+            I0512 08:11:02.000123 140233 checkpoints.py:88] Falling back to the previous checkpoint:
+            Traceback (most recent call last):
+              File "/app/ckpt.py", line 40, in restore
+                state = load(latest)
+            FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/step_900'
+            '''))
+
+        assert [] == loud(found)
+
+    def test_exception_ignored_in_a_destructor_is_quiet(self) -> None:
+        """``Exception ignored in:``: the interpreter says nothing was affected."""
+        found = generic_scan(text_of('''
+            Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f2b8c1d3a60>
+            Traceback (most recent call last):
+              File "/opt/venv/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1479, in __del__
+                self._shutdown_workers()
+            AttributeError: '_MultiProcessingDataLoaderIter' object has no attribute '_workers_status'
+            '''))
+
+        assert [] == loud(found)
+
+    def test_pytest_printing_tracebacks_of_passing_tests_is_quiet(self) -> None:
+        """Captured output of tests under a pytest session is the harness's, not a crash."""
+        found = generic_scan(text_of('''
+            ============================= test session starts ==============================
+            platform linux -- Python 3.11.7, pytest-8.2.0, pluggy-1.5.0
+            collected 3 items
+
+            tests/test_retry.py ...                                                  [100%]
+
+            ==================================== PASSES ====================================
+            ______________________________ test_gives_up_after_3 ____________________________
+            ----------------------------- Captured stderr call -----------------------------
+            Traceback (most recent call last):
+              File "/src/retry.py", line 14, in call
+                return fn()
+            TimeoutError: upstream did not answer
+            ============================== 3 passed in 0.12s ===============================
+            '''))
+
+        assert [] == loud(found)
+
+    def test_unittest_printing_a_traceback_then_ok_is_quiet(self) -> None:
+        """A test that logs a traceback and passes (``... ok``)."""
+        found = generic_scan(text_of('''
+            test_reconnect (tests.test_client.TestClient.test_reconnect) ... Traceback (most recent call last):
+              File "/src/client.py", line 30, in send
+                self.sock.sendall(data)
+            BrokenPipeError: [Errno 32] Broken pipe
+            ok
+
+            ----------------------------------------------------------------------
+            Ran 1 test in 0.004s
+
+            OK
+            '''))
+
+        assert [] == loud(found)
+
+    def test_a_retry_that_succeeds_is_quiet(self) -> None:
+        """The lines after the traceback say the process went on."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/app/upload.py", line 22, in push
+                resp = session.put(url, data=blob)
+            requests.exceptions.ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection without response'))
+            Upload failed, retrying in 5 s (attempt 2/5)
+            epoch 3 step 4100 loss 1.873 lr 2.0e-04
+            '''))
+
+        assert [] == loud(found)
+
+    def test_progress_then_a_launcher_failure_still_ends_the_process(self) -> None:
+        """Buffered stdout flushed after the traceback is not the run going on when the
+        launcher then reports the failure."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "train.py", line 99, in <module>
+                main()
+            ValueError: shapes (64,) and (32,) not aligned
+            step 310 loss 2.10
+            ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 77) of binary: /usr/bin/python3
+            '''))
+
+        assert "ValueError" == _captures(found)["exception"]
+
+    def test_keyboard_interrupt_and_exit_status_zero_are_quiet(self) -> None:
+        """Ctrl-C by hand and ``sys.exit(0)`` end the process without a failure."""
+        for last in ("KeyboardInterrupt", "SystemExit: 0", "SystemExit"):
+            found = generic_scan(text_of(f'''
+                Traceback (most recent call last):
+                  File "train.py", line 12, in <module>
+                    time.sleep(10)
+                {last}
+                '''))
+
+            assert [] == loud(found), last
+
+    def test_a_traceback_cut_before_its_exception_line_is_quiet(self) -> None:
+        """No exception line: nothing says what happened."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "train.py", line 10, in <module>
+                import foo
+              (traceback printed for debugging only)
+            '''))
+
+        assert [] == loud(found)
+
+
+class TestKeysAndRepeats:
+    def test_the_same_failure_on_every_rank_is_reported_once(self) -> None:
+        """Ids in the message are masked in the key: eight ranks, one detection."""
+        text = "".join(
+            f"[rank{r}]: Traceback (most recent call last):\n"
+            f'[rank{r}]:   File "/job/train.py", line 50, in step\n'
+            f"[rank{r}]:     dist.all_reduce(t)\n"
+            f"[rank{r}]: torch.distributed.DistBackendError: NCCL communicator was aborted "
+            f"on rank {r}.\n" for r in range(8))
+
+        found = generic_scan(text)
+
+        assert 1 == len([d for d in found if d.signature == TB])
+
+    def test_different_frames_are_different_failures(self) -> None:
+        """The key holds the user's frame: the same exception from two places is two."""
+        text = "".join(
+            "Traceback (most recent call last):\n"
+            f'  File "/job/{name}.py", line 5, in run\n'
+            "    go()\n"
+            "KeyError: 'a'\n" for name in ("train", "eval"))
+
+        found = generic_scan(text)
+
+        assert 2 == len([d for d in found if d.signature == TB])
+
+
+def test_a_base_exception_printed_alone_is_a_failure() -> None:
+    """``raise Exception("...")`` ends with ``Exception: ...``."""
+    found = generic_scan("Exception: checkpoint shard 7 missing\n")
+
+    assert "Exception" == _captures(found)["exception"]
