@@ -232,6 +232,13 @@ class _Pass:
         self.patterns = list(patterns)
         self.combined: re.Pattern[bytes] | None = None
         self.rotated = False
+        # Per pattern, its literals' rare-byte trie alone: a line it finds nothing in cannot
+        # hold the pattern, which is then not searched there (most lines hit one pattern).
+        self.quick: list[re.Pattern[bytes] | None] = []
+        for _bit, p in self.patterns:
+            lits = _literals(p)
+            self.quick.append(re.compile(b"|".join(_rare_trie(lits)), p.flags)
+                              if lits and len(self.patterns) > 1 else None)
         if len(self.patterns) > 1 or any(_literals(p) for _b, p in self.patterns):
             flags = {p.flags for _bit, p in self.patterns}
             literals: list[tuple[frozenset[int], ...]] = []
@@ -285,7 +292,9 @@ class _Pass:
                 bits = 0
                 # a rotated literal was found by its tail: the pattern starts before it
                 frm = start if exact else at
-                for bit, pattern in patterns:
+                for (bit, pattern), quick in zip(patterns, self.quick, strict=True):
+                    if quick is not None and quick.search(data, frm, end + 1) is None:
+                        continue
                     if pattern.search(data, frm, end + 1) is not None:
                         bits |= bit
             if bits:
