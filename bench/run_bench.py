@@ -75,6 +75,7 @@ _RE2_UNSUPPORTED = re.compile(r"\(\?<[=!]|\(\?[=!]|\(\?>|[*+?}]\+|\\[1-9]|\\[pPX
 
 _REPEAT_COUNT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 RE2_MAX_REPEAT = 1000  # RE2 refuses a larger repeat count ("invalid repeat count")
+MTAIL_MAX_PATTERN = 1024  # mtail refuses a longer regex ("Exceeded maximum ... pattern length")
 
 
 def mtail_regex(pattern: str) -> str | None:
@@ -84,7 +85,10 @@ def mtail_regex(pattern: str) -> str | None:
     for m in _REPEAT_COUNT.finditer(pattern):
         if any(g and int(g) > RE2_MAX_REPEAT for g in m.groups()):
             return None
-    return pattern.replace("/", r"\/")
+    literal = pattern.replace("/", r"\/")
+    if len(literal.encode()) > MTAIL_MAX_PATTERN:
+        return None
+    return literal
 
 
 def pick_40(patterns) -> list:
