@@ -107,6 +107,10 @@ MUTATIONS = [
              "            if self._due(replica, now):\n"
              "                self._post(replica, now)\n"
              "        self._update_gauges()\n"),
+    Mutation("step-time regression flag not restored (a restart pages the slowdown again)",
+             "sigwatch/detectors/training.py",
+             'raw.get("run_step"), bool(raw["regressed"]),',
+             'raw.get("run_step"), False,'),
 ]
 
 

@@ -73,11 +73,22 @@ PY = sys.executable
 _RE2_UNSUPPORTED = re.compile(r"\(\?<[=!]|\(\?[=!]|\(\?>|[*+?}]\+|\\[1-9]|\\[pPXGKZ]|\(\?<\w")
 
 
+_REPEAT_COUNT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+RE2_MAX_REPEAT = 1000  # RE2 refuses a larger repeat count ("invalid repeat count")
+MTAIL_MAX_PATTERN = 1024  # mtail refuses a longer regex ("Exceeded maximum ... pattern length")
+
+
 def mtail_regex(pattern: str) -> str | None:
     """The regex as an mtail /literal/, or None when RE2 would not take it unchanged."""
     if _RE2_UNSUPPORTED.search(pattern):
         return None
-    return pattern.replace("/", r"\/")
+    for m in _REPEAT_COUNT.finditer(pattern):
+        if any(g and int(g) > RE2_MAX_REPEAT for g in m.groups()):
+            return None
+    literal = pattern.replace("/", r"\/")
+    if len(literal.encode()) > MTAIL_MAX_PATTERN:
+        return None
+    return literal
 
 
 def pick_40(patterns) -> list:
@@ -646,6 +657,43 @@ def measure_many_files(work: Path, p40: Path, files: int) -> dict:
 
 # --- main -------------------------------------------------------------------------------------
 
+def print_targets(runs: list[Run], ratios: dict[str, float], daemon: dict[str, dict],
+                  swfull: Run, swdet: Run, sw40: Run, mt: Run | None, hs40: Run | None,
+                  gr: Run) -> None:
+    """Issue 22's figures, each beside its target, with the peak memory of each run."""
+    print("\nissue 22, in this run (load average %.1f %.1f %.1f):" % os.getloadavg(), flush=True)
+    rows: list[tuple[str, str, str]] = []
+    c = daemon.get("catchup")
+    if c is not None:
+        rows.append(("daemon catch-up, shipped defaults, MB/s per core",
+                     f"{c['mb_s_per_core']} (peak RSS {c['peak_rss_mb']} MB)", ">= 30"))
+        st = daemon["steady_1mb_s"]
+        rows.append((f"daemon CPU at {st['input_mb_s']} MB/s of input, % of a core",
+                     f"{st['cpu_percent_of_core']} (peak RSS {st['peak_rss_mb']} MB)", "small"))
+    rows.append(("scan with detectors / without, CPU",
+                 f"{swdet.cpu / swfull.cpu:.2f} (peak RSS {swdet.rss_mb:.0f} / "
+                 f"{swfull.rss_mb:.0f} MB)", "<= 1.3"))
+    rows.append(("scan with detectors / without, wall", f"{swdet.wall / swfull.wall:.2f}",
+                 "<= 1.3"))
+    rows.append(("full library / 40 signatures, CPU, start-up included",
+                 f"{swfull.cpu / sw40.cpu:.2f} (peak RSS {swfull.rss_mb:.0f} / "
+                 f"{sw40.rss_mb:.0f} MB)", "<= 1.5"))
+    rows.append(("full library / 40 signatures, wall, start-up included",
+                 f"{swfull.wall / sw40.wall:.2f}", "<= 1.5"))
+    if mt is not None:
+        rows.append(("40 signatures / mtail, default install",
+                     f"{sw40.lines_s / mt.lines_s:.1f} (peak RSS mtail {mt.rss_mb:.0f} MB)",
+                     ">= 10"))
+    if hs40 is not None:
+        rows.append(("40 signatures + Hyperscan / grep",
+                     f"{hs40.lines_s / gr.lines_s:.2f} (peak RSS {hs40.rss_mb:.0f} MB, grep "
+                     f"{gr.rss_mb:.0f} MB)", ">= 0.5"))
+    else:
+        rows.append(("40 signatures + Hyperscan / grep", "not measured: hyperscan not "
+                     "importable (pip install -e '.[fast]')", ">= 0.5"))
+    for name, value, target in rows:
+        print(f"  {name:56s} {value:44s} target {target}", flush=True)
+
 def print_health(figures: dict) -> None:
     print("  sigwatch health answer time (new process each run; peers in the same run):",
           flush=True)
@@ -919,6 +967,8 @@ def main() -> int:
               flush=True)
         daemon["health"] = measure_health(work / "health")
         print_health(daemon["health"])
+
+    print_targets(runs, ratios, daemon, swfull, swdet, sw40, mt, hs40, gr)
 
     result = {
         "command": " ".join([Path(PY).name, *sys.argv]),

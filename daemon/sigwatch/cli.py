@@ -293,7 +293,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _scan(args: argparse.Namespace, out: TextIO) -> int:
-    from sigwatch.app import build_pipeline
+    from sigwatch.app import build_pipeline, tune_gc
     from sigwatch.clock import SystemClock
     from sigwatch.model import Severity, StreamInfo
     from sigwatch.scaninputs import COMPRESSION_ERRORS, open_input, scan_inputs
@@ -310,6 +310,7 @@ def _scan(args: argparse.Namespace, out: TextIO) -> int:
 
         detectors = build_detectors(clock=clock, generic=args.generic)
     pipeline = build_pipeline(patterns, [sink], clock=clock, detectors=detectors)
+    tune_gc()
     floor = Severity.parse(args.min_severity)
     shown: list[Detection] = []
     unreadable = 0

@@ -14,9 +14,12 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import re
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
 
 import structlog
 
@@ -27,13 +30,16 @@ from sigwatch.detectors.base import (
     ChunkLine,
     Detector,
     LineEvent,
+    Prepass,
     StreamContext,
     interests_of,
+    prepass_of,
 )
 from sigwatch.detectors.folding import Folder
 from sigwatch.detectors.jobs import JobBook
 from sigwatch.detectors.rootcause import RootCauseCorrelator
 from sigwatch.detectors.signatures import HOLD_SECONDS, SignatureDetector
+from sigwatch.engine.cache import unigram
 from sigwatch.engine.matcher import DEFAULT_REGEX_TIMEOUT, Matcher
 from sigwatch.framing.lines import Segment
 from sigwatch.framing.normalize import normalize, normalize_line
@@ -133,15 +139,18 @@ class _Recent:
 
 
 class Interests:
-    """Every detector's interest patterns, folded into one pass over a chunk.
+    """Every detector's interest patterns, folded into as few passes over a chunk as possible.
 
     Patterns are deduplicated (two detectors reading progress lines share one); each gets a
     bit. ``scan`` returns, for each line some pattern selects, its end and the bits of every
     pattern that selects it: one ``re`` search over the chunk finds the next selected line, and
-    only on that line are the patterns told apart.
+    only on that line are the patterns told apart. Patterns a prepass covers (``covered``) are
+    searched only on the lines the prepasses did not read (``scan``'s ``skip``): joined, those
+    lines are a fraction of the chunk, and the lines the prepass read cost nothing here.
     """
 
-    def __init__(self, patterns: Sequence[re.Pattern[bytes]]) -> None:
+    def __init__(self, patterns: Sequence[re.Pattern[bytes]],
+                 covered: Sequence[re.Pattern[bytes]] = ()) -> None:
         self.patterns: list[re.Pattern[bytes]] = []
         index: dict[tuple[bytes, int], int] = {}
         for pat in patterns:
@@ -150,20 +159,14 @@ class Interests:
                 index[key] = len(self.patterns)
                 self.patterns.append(pat)
         self._index = index
-        self.combined: re.Pattern[bytes] | None = None
-        if len(self.patterns) > 1:
-            # Joined flat, not each in a group: an alternation whose every branch starts with
-            # a literal byte lets ``re`` skip from candidate byte to candidate byte in C; a
-            # group around a branch would make it try every position.
-            flags = {p.flags for p in self.patterns}
-            try:
-                if len(flags) == 1:
-                    self.combined = re.compile(b"|".join(p.pattern for p in self.patterns),
-                                               flags.pop())
-            except re.error:  # global inline flags in a user pattern: one pass each
-                self.combined = None
-        elif self.patterns:
-            self.combined = self.patterns[0]
+        skip = {(p.pattern, p.flags) for p in covered}
+        whole = [(1 << i, p) for i, p in enumerate(self.patterns)
+                 if (p.pattern, p.flags) not in skip]
+        gaps = [(1 << i, p) for i, p in enumerate(self.patterns)
+                if (p.pattern, p.flags) in skip]
+        self._whole = _Pass(whole)
+        self._gaps = _Pass(gaps)
+        self.combined = self._whole.combined  # the pass over whole chunks (tests look at it)
 
     def mask(self, patterns: Sequence[re.Pattern[bytes]]) -> int:
         bits = 0
@@ -171,19 +174,107 @@ class Interests:
             bits |= 1 << self._index[(pat.pattern, pat.flags)]
         return bits
 
-    def scan(self, data: bytes) -> dict[int, list[int]]:
-        """Line start -> [line end, bits of the patterns that select the line]."""
+    def scan(self, data: bytes,
+             skip: Sequence[tuple[int, int]] = ()) -> dict[int, list[int]]:
+        """Line start -> [line end, bits of the patterns that select the line].
+
+        ``skip``: lines (start, newline index), in order, that the covered patterns need not
+        be searched on.
+        """
         found: dict[int, list[int]] = {}
+        self._whole.scan(data, found)
+        if not self._gaps.patterns:
+            return found
+        if not skip:
+            self._gaps.scan(data, found)
+            return found
+        # The lines between the skipped ones, joined: one search over them, positions mapped
+        # back (each gap is whole lines, so line boundaries stay where they were).
+        gap_starts: list[int] = []
+        pieces: list[bytes] = []
+        pos = 0
+        for start, end in skip:
+            if start > pos:
+                gap_starts.append(pos)
+                pieces.append(data[pos:start])
+            pos = end + 1
+        if pos < len(data):
+            gap_starts.append(pos)
+            pieces.append(data[pos:])
+        if not pieces:
+            return found
+        rest = b"".join(pieces)
+        at = list(accumulate(map(len, pieces), initial=0))
+        hits: dict[int, list[int]] = {}
+        self._gaps.scan(rest, hits)
+        for rstart, (rend, bits) in hits.items():
+            g = bisect_right(at, rstart) - 1
+            start = gap_starts[g] + rstart - at[g]
+            entry = found.get(start)
+            if entry is None:
+                found[start] = [start + rend - rstart, bits]
+            else:
+                entry[1] |= bits
+        return found
+
+
+class _Pass:
+    """Some interest patterns joined into one alternation, each with its bit.
+
+    Patterns that are sets of literals (``literal_interest`` builds them so) are searched by
+    their rarest bytes: each literal is entered from the byte of it that logs hold least, so
+    the search stops on few bytes (an "error" found by its "rror", "MI300" by its "300"). A
+    line found that way is then tested with every pattern itself, so the lines and bits are
+    exactly those the patterns select.
+    """
+
+    def __init__(self, patterns: Sequence[tuple[int, re.Pattern[bytes]]]) -> None:
+        self.patterns = list(patterns)
+        self.combined: re.Pattern[bytes] | None = None
+        self.rotated = False
+        # Per pattern, its literals' rare-byte trie alone: a line it finds nothing in cannot
+        # hold the pattern, which is then not searched there (most lines hit one pattern).
+        self.quick: list[re.Pattern[bytes] | None] = []
+        for _bit, p in self.patterns:
+            lits = _literals(p)
+            self.quick.append(re.compile(b"|".join(_rare_trie(lits)), p.flags)
+                              if lits and len(self.patterns) > 1 else None)
+        if len(self.patterns) > 1 or any(_literals(p) for _b, p in self.patterns):
+            flags = {p.flags for _bit, p in self.patterns}
+            literals: list[tuple[frozenset[int], ...]] = []
+            others: list[bytes] = []
+            for _bit, p in self.patterns:
+                found = _literals(p)
+                if found is None:
+                    others.append(p.pattern)
+                else:
+                    literals.extend(found)
+            branches = [*(_rare_trie(literals) if literals else []), *others]
+            # Joined flat, not each in a group: an alternation whose every branch starts with
+            # a literal byte lets ``re`` skip from candidate byte to candidate byte in C; a
+            # group around a branch would make it try every position.
+            try:
+                if len(flags) == 1:
+                    self.combined = re.compile(b"|".join(branches), flags.pop())
+                    self.rotated = bool(literals)
+            except re.error:  # global inline flags in a user pattern: one pass each
+                self.combined = None
+        elif self.patterns:
+            self.combined = self.patterns[0][1]
+
+    def scan(self, data: bytes, found: dict[int, list[int]]) -> None:
+        """Add line start -> [line end, bits] for every line a pattern selects."""
         patterns = self.patterns
         if not patterns:
-            return found
+            return
         combined = self.combined
         size = len(data)
         if combined is None:  # patterns that cannot be joined: one pass each
-            for bit, pattern in enumerate(patterns):
-                self._one(pattern, 1 << bit, data, found)
-            return found
-        single = len(patterns) == 1
+            for bit, pattern in patterns:
+                self._one(pattern, bit, data, found)
+            return
+        single = len(patterns) == 1 and not self.rotated
+        exact = self.rotated
         search = combined.search
         pos = 0
         while True:  # one hit per line: continue from the end of the line hit
@@ -196,15 +287,23 @@ class Interests:
             if end == -1:
                 end = size - 1
             if single:
-                bits = 1
+                bits = patterns[0][0]
             else:
                 bits = 0
-                for bit, pattern in enumerate(patterns):
-                    if pattern.search(data, at, end + 1) is not None:
-                        bits |= 1 << bit
-            found[start] = [end, bits]
+                # a rotated literal was found by its tail: the pattern starts before it
+                frm = start if exact else at
+                for (bit, pattern), quick in zip(patterns, self.quick, strict=True):
+                    if quick is not None and quick.search(data, frm, end + 1) is None:
+                        continue
+                    if pattern.search(data, frm, end + 1) is not None:
+                        bits |= bit
+            if bits:
+                entry = found.get(start)
+                if entry is None:
+                    found[start] = [end, bits]
+                else:
+                    entry[1] |= bits
             pos = end + 1
-        return found
 
     @staticmethod
     def _one(pattern: re.Pattern[bytes], bit: int, data: bytes,
@@ -225,6 +324,145 @@ class Interests:
             else:
                 entry[1] |= bit
             pos = end + 1
+
+
+_Token = frozenset[int]  # the bytes one position of a literal may hold ({x} or {x, X})
+_MAX_LITERALS = 1024
+
+
+def _literals(pattern: re.Pattern[bytes]) -> list[tuple[_Token, ...]] | None:
+    """The literals a pattern is a set of (an alternation of byte sequences, each position
+    one byte or a few, such as both cases of a letter), or None for any other pattern."""
+    if pattern.flags & ~re.ASCII & ~re.UNICODE & ~re.DEBUG & (re.IGNORECASE | re.MULTILINE
+                                                               | re.DOTALL | re.VERBOSE):
+        return None
+    try:
+        tree = re._parser.parse(pattern.pattern.decode("latin-1"), 0)
+    except (re.error, UnicodeDecodeError):  # pragma: no cover - a compiled pattern parses
+        return None
+    found = _expand(list(tree.data))
+    if found is None or not found or any(len(lit) < 2 for lit in found):
+        return None
+    return found
+
+
+def _expand(items: list[tuple[Any, Any]]) -> list[tuple[_Token, ...]] | None:
+    """Every literal a sequence of parsed items stands for (None: not a literal set)."""
+    out: list[tuple[_Token, ...]] = [()]
+    for op, av in items:
+        name = str(op)
+        alts: list[tuple[_Token, ...]]
+        if name == "LITERAL":
+            alts = [(frozenset((av,)),)]
+        elif name == "IN":
+            chars: set[int] = set()
+            for iop, iav in av:
+                if str(iop) == "LITERAL":
+                    chars.add(iav)
+                elif str(iop) == "RANGE" and iav[1] - iav[0] < 4:
+                    chars.update(range(iav[0], iav[1] + 1))
+                else:
+                    return None
+            if not chars or len(chars) > 4:
+                return None
+            alts = [(frozenset(chars),)]
+        elif name == "BRANCH":
+            alts = []
+            for branch in av[1]:
+                sub = _expand(list(branch.data))
+                if sub is None:
+                    return None
+                alts.extend(sub)
+        elif name == "SUBPATTERN" and av[1] == 0 and av[2] == 0:
+            sub = _expand(list(av[3].data))
+            if sub is None:
+                return None
+            alts = sub
+        else:
+            return None
+        out = [head + tail for head in out for tail in alts]
+        if len(out) > _MAX_LITERALS:
+            return None
+    return out
+
+
+def _outside(pattern: re.Pattern[bytes], words: set[bytes],
+             alphabet: set[int] | None = None) -> bool:
+    """True when every match of ``pattern`` holds a run of letters that is part of none of
+    ``words`` (lower case), or a byte outside ``alphabet``: a line whose runs of letters all
+    are part of those words, and whose bytes all are in that alphabet, cannot hold a match."""
+    literals = _literals(pattern)
+    if literals is None:
+        return False
+    for lit in literals:
+        if alphabet is not None and any(not (token & alphabet) for token in lit):
+            continue  # a byte no such line holds
+        runs: list[bytes] = []
+        run = b""
+        for token in lit:
+            letters = {b | 0x20 for b in token if 65 <= (b & 0xDF) <= 90}
+            if letters and len(letters) == 1 and all(65 <= (b & 0xDF) <= 90 for b in token):
+                run += bytes(letters)
+            else:
+                if run:
+                    runs.append(run)
+                run = b""
+        if run:
+            runs.append(run)
+        if not any(all(r not in w for w in words) for r in runs):
+            return False
+    return True
+
+
+def _rare_trie(literals: list[tuple[_Token, ...]]) -> list[bytes]:
+    """Alternatives (each led by one byte) that find every literal by its rarest part.
+
+    Each literal is entered at the position whose bytes are rarest in logs (the engine's
+    byte counts of its reference sample), keeping at least two positions after it, with a
+    bias towards bytes already chosen for another literal (they cost no more stops).
+    """
+    counts = unigram()
+    total = max(sum(counts), 1)
+
+    def rate(token: Iterable[int]) -> float:
+        return sum(counts[b] + 1 for b in token) / total
+
+    def offsets(lit: tuple[_Token, ...]) -> range:
+        return range(max(0, len(lit) - 3) + 1 if len(lit) >= 3 else 1)
+
+    def cheapest(lit: tuple[_Token, ...], others: set[int]) -> int:
+        return min(offsets(lit), key=lambda i: (rate(lit[i] - others), i))
+
+    starts = [cheapest(lit, set()) for lit in literals]
+    for _round in range(3):  # each literal again, given the bytes the others stop on
+        for n, lit in enumerate(literals):
+            others: set[int] = set()
+            for m, (other, i) in enumerate(zip(literals, starts, strict=True)):
+                if m != n:
+                    others.update(other[i])
+            starts[n] = cheapest(lit, others)
+    root: dict[Any, Any] = {}
+    for lit, i in zip(literals, starts, strict=True):
+        key = lit[i:]
+        for first in sorted(key[0]):
+            node = root.setdefault(re.escape(bytes((first,))), {})
+            for token in key[1:]:
+                node = node.setdefault(_token_regex(token), {})
+            node[b""] = {}
+
+    def emit(node: dict[bytes, Any]) -> bytes:
+        if b"" in node:
+            return b""  # a shorter key ends here: it decides the stop already
+        alts = [tok + emit(child) for tok, child in sorted(node.items())]
+        return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+
+    return [tok + emit(child) for tok, child in sorted(root.items())]
+
+
+def _token_regex(token: _Token) -> bytes:
+    if len(token) == 1:
+        return re.escape(bytes(token))
+    return b"[" + b"".join(re.escape(bytes((b,))) for b in sorted(token)) + b"]"
 
 
 class Pipeline:
@@ -273,10 +511,55 @@ class Pipeline:
         wants = [interests_of(d) if i in chunked else
                  ((d.interest,) if d.interest is not None else ())
                  for i, d in enumerate(self.detectors)]
-        self.interests = Interests([p for want in wants for p in want])
+        # Prepasses of the per-chunk detectors (a shared one runs once per chunk). A pattern
+        # is searched only outside the lines they read when every detector that wants it has
+        # a prepass covering it.
+        self._prepasses: list[Prepass] = []
+        for _i, d in self._chunked:
+            prepass = prepass_of(d)
+            if prepass is not None and all(prepass is not p for p in self._prepasses):
+                self._prepasses.append(prepass)
+        covered: list[re.Pattern[bytes]] = []
+        for i, want in enumerate(wants):
+            prepass = prepass_of(self.detectors[i]) if i in chunked else None
+            mine = ({(p.pattern, p.flags) for p in prepass.covers}
+                    if prepass is not None else set())
+            covered.extend(p for p in want if (p.pattern, p.flags) in mine)
+        for i, want in enumerate(wants):  # a detector without that prepass needs it everywhere
+            prepass = prepass_of(self.detectors[i]) if i in chunked else None
+            mine = ({(p.pattern, p.flags) for p in prepass.covers}
+                    if prepass is not None else set())
+            needs = {(p.pattern, p.flags) for p in want} - mine
+            covered = [p for p in covered if (p.pattern, p.flags) not in needs]
+        # Patterns that cannot match any line a prepass reads (by its vocabulary) are not
+        # searched on those lines either, whoever wants them.
+        if self._prepasses:
+            words: set[bytes] | None = set()
+            alphabet: set[int] | None = set()
+            for prepass in self._prepasses:
+                vocabulary = getattr(prepass, "vocabulary", None)
+                if vocabulary is None or words is None:
+                    words = None
+                else:
+                    words |= vocabulary
+                known = getattr(prepass, "alphabet", None)
+                if known is None or alphabet is None:
+                    alphabet = None
+                else:
+                    alphabet |= known
+            if words is not None:
+                covered += [p for want in wants for p in want
+                            if _outside(p, words, alphabet)]
+        self.interests = Interests([p for want in wants for p in want], covered)
         # Per detector: the bits of its interests in ``self.interests``.
         self._masks = [self.interests.mask(want) for want in wants]
         self._line_detectors = [(i, d) for i, d in enumerate(self.detectors) if i not in chunked]
+        # Interests of the per-line detectors that read a line's own time (``line_time``):
+        # the timestamp of a line only they get is not parsed for the others.
+        self._timed_mask = 0
+        for i, line_detector in self._line_detectors:
+            if getattr(line_detector, "line_time", True):
+                self._timed_mask |= self._masks[i]
         # Per-chunk detectors that may be reading a multi-line record across chunks.
         self._followers = [(i, d) for i, d in self._chunked
                            if callable(getattr(d, "following", None))]
@@ -521,7 +804,12 @@ class Pipeline:
         prefilter = engine.prefilter
         base_lineno = stream.lineno
         out: list[Detection] = []
-        selected = self.interests.scan(data) if self.interests.patterns else {}
+        prepassed: dict[object, object] = {}
+        skip: list[tuple[int, int]] = []
+        for prepass in self._prepasses:
+            result = prepassed[prepass] = prepass.run(data)
+            skip = _union(skip, result.lines) if skip else list(result.lines)
+        selected = self.interests.scan(data, skip) if self.interests.patterns else {}
         line_mask = self._line_mask
         wanted = ({start: (entry[0], entry[1]) for start, entry in selected.items()
                    if entry[1] & line_mask} if line_mask else {})
@@ -554,15 +842,16 @@ class Pipeline:
         stream.lineno = base_lineno + count
         if matched is not None:
             out.extend(self._chunk(stream, data, seg.offset, base_lineno, selected, matched,
-                                   seg_time))
+                                   seg_time, prepassed, skip))
         _remember_tail(stream.tail, data, max(engine.max_context, MIN_TAIL))
         return out
 
     def _chunk(self, stream: _Stream, data: bytes, base: int, base_lineno: int,
                selected: dict[int, list[int]], matched: dict[int, dict[int, tuple[Match, ...]]],
-               seg_time: float | None) -> list[Detection]:
-        """Hand the chunk to every per-chunk detector: the lines their interests selected
-        and the lines signatures matched, each decoded at most once."""
+               seg_time: float | None, prepassed: dict[object, object],
+               covered: list[tuple[int, int]]) -> list[Detection]:
+        """Hand the chunk to every per-chunk detector: the lines their interests selected,
+        the lines signatures matched (each decoded at most once), what the prepasses read."""
         chunk_mask = self._chunk_mask
         starts = [s for s, entry in selected.items() if entry[1] & chunk_mask]
         detectors = self._chunked
@@ -570,8 +859,10 @@ class Pipeline:
             starts = sorted(set(starts).union(matched))
         elif not starts:
             handle = stream.ctx.handle
-            detectors = [(i, d) for i, d in self._followers
-                         if d.following(handle)]  # type: ignore[attr-defined]
+            detectors = [(i, d) for i, d in self._chunked
+                         if (covered and prepass_of(d) is not None)
+                         or (callable(getattr(d, "following", None))
+                             and d.following(handle))]  # type: ignore[attr-defined]
             if not detectors:
                 return []
         else:
@@ -580,6 +871,7 @@ class Pipeline:
         counted_to, lineno = 0, base_lineno
         count = data.count
         size = len(data)
+        covered_starts = [c[0] for c in covered]
         for start in starts:
             lineno += count(b"\n", counted_to, start) + 1
             entry = selected.get(start)
@@ -589,12 +881,14 @@ class Pipeline:
                 end = data.find(b"\n", start)
                 end, bits = (size if end == -1 else end), 0
             counted_to = end + 1
+            c = bisect_right(covered_starts, start) - 1
             lines.append(ChunkLine(start, end, lineno, base + start, bits,
-                                   matched.get(start) or {}))
+                                   matched.get(start) or {},
+                                   c >= 0 and covered_starts[c] == start))
         tail = stream.tail
         chunk = Chunk(stream.ctx, data, lines, stream.replay_below, seg_time,
                       self.interests.mask, base=base, base_lineno=base_lineno,
-                      recent=lambda start: _Recent(data, start, tail))
+                      recent=lambda start: _Recent(data, start, tail), prepassed=prepassed)
         out: list[Detection] = []
         for index, detector in detectors:
             out.extend(self._deliver(stream, detector.on_chunk(chunk, self._masks[index])))
@@ -610,6 +904,11 @@ class Pipeline:
         out: list[Detection] = []
         engine = self.engine
         recent = _Recent(data, start, stream.tail)
+        timed = self._timed_mask
+
+        def bits_want_time(entry: tuple[int, int] | None) -> bool:
+            return entry is not None and bool(entry[1] & timed)
+
         allowed = stream.allowed
         times: list[float | None] | None = None
         for part, (rank, text) in enumerate(normalize(raw)):
@@ -621,8 +920,9 @@ class Pipeline:
                 matched.setdefault(start, {})[part] = matches
             if not matches and interested is None:
                 continue
-            if seg_time is None:
-                # The line's own time, from its prefix: parsed for candidate lines only.
+            if seg_time is None and (matches or bits_want_time(interested)):
+                # The line's own time, from its prefix: parsed for candidate lines only, and
+                # only when a detector that gets it reads it.
                 if times is None:
                     times = [n.time for n in normalize_line(raw)]
                 stamp = times[part] if part < len(times) else None
@@ -734,6 +1034,11 @@ def _merge(candidates: Iterable[tuple[int, int, Sequence[tuple[int, int]]]],
     for start, end, steps in candidates:
         merged[start] = (end, steps)
     return [(start, end, steps) for start, (end, steps) in sorted(merged.items())]
+
+
+def _union(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Two sorted lists of lines (start, newline index), merged without repeats."""
+    return sorted(set(a).union(b))
 
 
 def _remember_tail(tail: deque[bytes], data: bytes, count: int) -> None:

@@ -132,7 +132,8 @@ class TestChunkEqualsLine:
             if step % 50 == 0:
                 rows.append(f"2024-06-02 10:{step // 60:02d}:{step % 60:02d} INFO iter {step}: "
                             f"loss {loss}, time {ms:.0f}ms")
-        rows.append("Training completed. Do not forget to share your model")
+        # the end line, its word cut by a colour code (only the text once cleaned says it)
+        rows.append("\x1b[1mTrain\x1b[0ming completed at step 399, loss 1.6")
         data = ("\n".join(rows) + "\n").encode()
 
         line_found, line_state = _run(engine, "line", [("s.log", data)], seed=3)
@@ -142,6 +143,42 @@ class TestChunkEqualsLine:
         assert line_state == chunk_state
         kinds = {json.loads(d)["signature"] for d in chunk_found}
         assert {"training_nonfinite", "step_time_regression"} <= kinds
+        assert "training_stalled" not in kinds  # the run said it ended
+
+
+    def test_loss_divergence_and_loss_scale_collapse_scenario(self, engine: Engine) -> None:
+        """fp16 Megatron lines (read by the prepass) whose loss triples at step 300 and
+        whose scale then halves on every logged line, DeepSpeed overflow lines and ranked
+        HF dicts between them (read line by line): same detections and state either way."""
+        rows: list[str] = []
+        scale = 65536.0
+        for step in range(1, 700):
+            loss = 2.0 * (1 + 0.02 * ((step * 7919) % 13 - 6) / 6) * (3 if step >= 300 else 1)
+            skipped = 0
+            if 500 <= step < 512:
+                scale /= 2
+                skipped = 1
+            rows.append(f" iteration {step:>8d}/  100000 | consumed samples: {step * 64:>12d} |"
+                        f" elapsed time per iteration (ms): 800.0 | learning rate: 1.0E-04 |"
+                        f" global batch size:    64 | lm loss: {loss:.6E} | loss scale:"
+                        f" {scale:.1f} | grad norm: 1.000 | number of skipped iterations:"
+                        f" {skipped:>3d} | number of nan iterations:   0 |")
+            if step % 7 == 0:
+                rows.append(f"[rank{step % 3}]: {{'loss': {loss / 2:.4f}, 'grad_norm': 0.5,"
+                            f" 'learning_rate': 1e-05, 'epoch': {step / 700:.2f}}}")
+            if step % 97 == 0:
+                rows.append("[2024-03-18 14:02:45,286] [INFO] [loss_scaler.py:183:update_scale]"
+                            " [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale:"
+                            " 131072, reducing to 65536")
+        data = ("\n".join(rows) + "\n").encode()
+
+        line_found, line_state = _run(engine, "line", [("n.log", data)], seed=5)
+        chunk_found, chunk_state = _run(engine, "chunk", [("n.log", data)], seed=5)
+
+        assert line_found == chunk_found
+        assert line_state == chunk_state
+        kinds = {json.loads(d)["signature"] for d in chunk_found}
+        assert {"training_loss_diverged", "training_loss_scale_collapse"} <= kinds
 
 
 class _Collect:

@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import math
+import random
+from pathlib import Path
+from typing import Any
 
 import pytest
 from support.training_logs import FORMATS, progress_lines
 
-from sigwatch.detectors.progress import Extractor, ProgressParser
+from sigwatch.detectors.progress import (
+    F_SKIPPED,
+    R_COST,
+    R_FLAGS,
+    R_PART,
+    R_RANK,
+    R_START,
+    BulkProgress,
+    Extractor,
+    ProgressParser,
+    progress_of,
+)
+from sigwatch.detectors.training import _skipped
+from sigwatch.framing.normalize import normalize
 
 
 class TestBuiltinExtractors:
@@ -102,3 +118,172 @@ def test_field_scan_finds_what_a_full_finditer_finds() -> None:
 
         assert expected == [(m.span(), m.group("key"), m.group("val"))
                             for m in _field_matches(text)], text
+
+
+# -- the whole-chunk pass ------------------------------------------------------------------------
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+
+
+def _per_line(data: bytes) -> dict[tuple[int, int], Any]:
+    """What the per-line path makes of every line: (line start, part) -> (rank, progress)."""
+    parser = ProgressParser()
+    out: dict[tuple[int, int], Any] = {}
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        for k, (rank, text) in enumerate(normalize(data[start:end].decode("utf-8", "replace"))):
+            out[(start, k)] = (rank, parser.parse(text))
+        start = end + 1
+    return out
+
+
+def _assert_bulk_is_per_line(data: bytes) -> int:
+    """Every record the whole-chunk pass reads equals the per-line parse of that part, and
+    every part of an accepted line is one of its records. Returns the records checked."""
+    bulk = BulkProgress().parse(data)
+    reference = _per_line(data)
+    records = bulk.records()
+    got = {(r[R_START], r[R_PART]): r for r in records}
+    for start, _end in bulk.lines:
+        parts = [k for (s, k) in reference if s == start]
+        assert [(start, k) for k in parts] == [(start, k) for k in parts if (start, k) in got], \
+            data[start:_end]
+    for key, rec in got.items():
+        rank, progress = reference[key]
+        line = data[key[0]:data.find(b"\n", key[0])]
+        assert progress is not None, line
+        assert (rank, progress) == (rec[R_RANK], progress_of(rec)), line
+        assert rec[R_COST] == progress.cost
+        text = normalize(line.decode("utf-8", "replace"))[key[1]][1]
+        assert bool(rec[R_FLAGS] & F_SKIPPED) == _skipped(text)  # the bad-numbers test
+    return len(records)
+
+
+def _megatron_variant(rng: random.Random) -> str:
+    step = rng.randrange(1, 10**7)
+    items = [f" consumed samples: {rng.randrange(10**9):>12d} |"]
+    if rng.random() < 0.3:
+        items.append(f" consumed tokens: {rng.randrange(10**12):>12d} |")
+    items.append(f" elapsed time per iteration (ms): {rng.uniform(0, 20000):.{rng.choice([0, 1, 2])}f} |")
+    if rng.random() < 0.2:
+        items.append(f" throughput per GPU (TFLOP/s/GPU): {rng.uniform(0, 400):.1f} |")
+    items.append(f" learning rate: {rng.uniform(0, 1e-3):.6E} |")
+    items.append(f" global batch size: {rng.randrange(1, 4096):>5d} |")
+    loss = rng.choice([f"{rng.uniform(0, 12):.6E}", "nan", "inf", "-1.5E+00", None])
+    if loss is not None:
+        items.append(f" lm loss: {loss} |")
+    if rng.random() < 0.5:
+        items.append(f" loss scale: {rng.choice([1.0, 2048.0, 65536.0, 0.5]):.1f} |")
+    if rng.random() < 0.8:
+        items.append(f" grad norm: {rng.choice([f'{rng.uniform(0, 9):.3f}', 'nan', 'inf'])} |")
+    if rng.random() < 0.2:
+        items.append(f" params norm: {rng.uniform(100, 900):.3f} |")
+    if rng.random() < 0.2:
+        items.append(f" actual seqlen: {rng.randrange(1, 8192):>5d} |")
+    items.append(f" number of skipped iterations: {rng.choice([0, 0, 0, 1, 3, 10]):>3d} |")
+    items.append(f" number of nan iterations: {rng.choice([0, 0, 2]):>3d} |")
+    if rng.random() < 0.2:
+        items.append(f" samples per second: {rng.uniform(1, 999):.3f} | TFLOPs: 123.4 |")
+    if rng.random() < 0.1:  # another key: not a shape the pass knows
+        rng.shuffle(items)
+    stamp = (f" [2024-06-02 {rng.randrange(24):02d}:{rng.randrange(60):02d}:"
+             f"{rng.randrange(60):02d}]" if rng.random() < 0.7 else "")
+    return f"{stamp} iteration {step:>8d}/ {rng.randrange(10**7):>8d} |{''.join(items)}"
+
+
+def _hf_variant(rng: random.Random) -> str:
+    loss = rng.choice([f"{rng.uniform(0, 5):.4f}", "nan", "inf", "0.1", "3"])
+    keys = [f"'loss': {loss}"]
+    if rng.random() < 0.7:
+        keys.append(f"'grad_norm': {rng.choice([rng.uniform(0, 9), 1e-5, 12345.678])}")
+    keys.append(f"'learning_rate': {rng.choice([rng.uniform(0, 1e-4), 5e-05, 0.0])}")
+    if rng.random() < 0.8:
+        keys.append(f"'epoch': {rng.uniform(0, 9):.2f}")
+    if rng.random() < 0.1:
+        keys.append("'train_runtime': 1234.5")
+    return "{" + ", ".join(keys) + "}"
+
+
+def _tqdm_variant(rng: random.Random) -> str:
+    parts = []
+    for _ in range(rng.choice([1, 1, 2, 4])):
+        pct = rng.randrange(101)
+        bar = "█" * (pct // 10) + rng.choice(["", "▏", "▌"]) + " " * (10 - pct // 10)
+        desc = rng.choice(["", "Epoch 3: ", "Epoch 12: ", "Validation: ", "Training: "])
+        rate = rng.choice([f"{rng.uniform(0, 20):.2f}it/s", f"{rng.uniform(0, 20):.2f}s/it",
+                           "?it/s", "0.00it/s"])
+        post = rng.choice(["", ", loss=0.69", ", loss=0.690, v_num=0", ", v_num=1, train_loss=1.2",
+                           ", loss=nan", ", train_loss_step=0.5", ", lr=1e-05, loss=2.5e+00"])
+        parts.append(f"{desc}{pct:3d}%|{bar}| {rng.randrange(9999)}/{rng.randrange(9999)}"
+                     f" [00:{rng.randrange(60):02d}<{rng.choice(['01:02', '?'])}, {rate}{post}]")
+    lead = rng.choice(["", "\r", "\r\r"])
+    return lead + "\r".join(parts) + rng.choice(["", "\r"])
+
+
+class TestBulkProgress:
+    @pytest.mark.parametrize("seed", range(4))
+    def test_generated_variants_read_as_the_per_line_parse_reads_them(self, seed: int) -> None:
+        """Megatron lines with optional and shuffled items, HF dicts with other keys, tqdm
+        bars with descriptions, rates and postfixes, NaN and Inf, launcher tags, ANSI colours:
+        whatever the pass accepts is exactly what the per-line parse makes of it."""
+        rng = random.Random(seed)
+        rows = []
+        for _ in range(3000):
+            row = rng.choice([_megatron_variant, _hf_variant, _tqdm_variant])(rng)
+            tag = rng.random()
+            if tag < 0.3:
+                row = f"[rank{rng.randrange(64)}]:{rng.choice(['', ' ', '  '])}{row}"
+            elif tag < 0.35:
+                row = f"[default{rng.randrange(8)}]: {row}"
+            elif tag < 0.4:
+                row = f"{rng.randrange(16)}: {row}"
+            elif tag < 0.45:
+                row = f"\x1b[32m{row}\x1b[0m"
+            elif tag < 0.5:
+                row = f"[rank1]: [Rank 0] {row}"
+            rows.append(row)
+        data = ("\n".join(rows) + "\n").encode()
+
+        checked = _assert_bulk_is_per_line(data)
+
+        assert checked > 500  # a good share of the variants is accepted
+
+    def test_the_training_log_corpus(self) -> None:
+        """Every healthy and incident training log of the corpus."""
+        checked = 0
+        for folder in ("goodlogs", "incidents"):
+            for path in sorted((CORPUS / folder).glob("*.log")):
+                data = path.read_bytes()
+                if not data.endswith(b"\n"):
+                    data += b"\n"
+                checked += _assert_bulk_is_per_line(data)
+
+        assert checked > 100
+
+    def test_lines_with_nan_or_another_key_are_left_to_the_per_line_parse(self) -> None:
+        """A NaN loss, an unknown dict key, a rate of '?it/s': not accepted."""
+        data = ("{'loss': nan, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
+                "{'loss': 0.5, 'num_tokens': 12.0, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
+                "Epoch 0:   0%|          | 0/100 [00:00<?, ?it/s]\n").encode()
+
+        assert [] == BulkProgress().parse(data).lines
+
+
+class TestNotProgressCache:
+    def test_a_line_known_as_no_progress_stays_so_whatever_its_digits(self) -> None:
+        """The cache of texts that parse to nothing (by shape, digits as 0) answers what the
+        parse itself answers, for texts with other digits (a rate of 0 it/s included: such
+        lines are never cached)."""
+        rng = random.Random(2)
+        templates = ["2024-06-02 11:22:33,444 - INFO - train.py:{a} - Saving checkpoint to"
+                     " /ckpt/step_{b}", "eval/loss={a}.{b} eval/accuracy=0.{a}",
+                     "step {a} loss {b}.5", "step {a} | time {b} ms", "iter {a}: done",
+                     "step {a} {b}.0 samples/s", "batch {a} of {b}", "step {a} {r} it/s",
+                     "batch {a}/{b} {r}it/s"]
+        cached = ProgressParser()
+        for _ in range(4000):
+            text = rng.choice(templates).format(a=rng.randrange(10**rng.randrange(1, 6)),
+                                                b=rng.randrange(10**rng.randrange(1, 6)),
+                                                r=rng.choice(["0.00", "1.50", "0.01", "10"]))
+            assert ProgressParser()._parse(text) == cached.parse(text), text

@@ -13,6 +13,7 @@ from sigwatch.clock import FakeClock
 from sigwatch.detectors.base import Detector
 from sigwatch.detectors.training import (
     BadNumbersDetector,
+    LossTrendDetector,
     ProgressReader,
     StallDetector,
     StepTimeDetector,
@@ -25,7 +26,7 @@ GOODLOGS = Path(__file__).resolve().parent.parent / "corpus" / "goodlogs"
 def _detectors(clock: FakeClock) -> list[Detector]:
     reader = ProgressReader()
     return [StepTimeDetector(clock, reader=reader), StallDetector(clock, reader=reader),
-            BadNumbersDetector(clock, reader=reader)]
+            BadNumbersDetector(clock, reader=reader), LossTrendDetector(clock, reader=reader)]
 
 
 def _driver(clock: FakeClock) -> DetectorDriver:
@@ -171,8 +172,11 @@ class TestStepTimeRegression:
         third = _driver(FakeClock())
         for det, state in zip(third.detectors, states, strict=True):
             det.restore(state)
-        again = third.open()
+        # new slow steps written after the restored offset, so that they are judged
+        again = third.open(offset=len(data), lineno=len(lines))
         third.feed_lines(again, run("nanogpt", 50, start=301, slow_from=0))
+        offsets = third.detectors[0].snapshot()["offsets"]  # type: ignore[index]
+        assert max(offsets.values()) > len(data)  # the new lines were judged, not skipped
         assert [] == third.detections  # already reported: no repeat after a second restart
 
 
@@ -309,3 +313,272 @@ class TestBadNumbers:
         assert 1 == len(found)
         assert "1" == _facts(found[0])["loss_scale"]
         assert [] == _only(driver.detections, "training_nonfinite")
+
+
+def _megatron(step: int, loss: float, scale: float | None = None, skipped: int = 0) -> str:
+    """One Megatron iteration line (fp16 when it prints a loss scale)."""
+    fp16 = f" loss scale: {scale:.1f} |" if scale is not None else ""
+    return (f" iteration {step:>8d}/  100000 | consumed samples: {step * 512:>12d} |"
+            f" elapsed time per iteration (ms): 812.5 | learning rate: 1.500000E-04 |"
+            f" global batch size:   512 | lm loss: {loss:.6E} |{fp16} grad norm: 1.234 |"
+            f" number of skipped iterations: {skipped:>3d} | number of nan iterations:   0 |")
+
+
+def _losses(steps: int, *, start: int = 1, level: float = 2.0, noise: float = 0.03,
+            jump_at: int | None = None, jump: float = 3.0, seed: int = 4) -> list[float]:
+    """A loss falling slowly around ``level`` with relative noise, times ``jump`` from
+    step ``jump_at`` on."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    out = []
+    for step in range(start, start + steps):
+        x = level * (1 - step * 2e-4) * (1 + rng.gauss(0, noise))
+        if jump_at is not None and step >= jump_at:
+            x *= jump
+        out.append(x)
+    return out
+
+
+class TestLossDiverged:
+    def test_a_loss_that_triples_and_stays_raises_one_warning_naming_the_step(self) -> None:
+        """Loss ~2.0, then x3 from step 200 on: one warning, since step 200, 2.0 -> 6.0."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        losses = _losses(300, jump_at=200)
+
+        driver.feed_lines(stream, [_megatron(step, x) for step, x in enumerate(losses, 1)])
+
+        found = _only(driver.detections, "training_loss_diverged")
+        assert 1 == len(found), [d.about for d in driver.detections]
+        d = found[0]
+        assert "warning" == d.severity.label
+        facts = _facts(d)
+        assert "200" == facts["since_step"]
+        assert 2.0 == pytest.approx(float(facts["before_loss"]), rel=0.05)
+        assert 6.0 == pytest.approx(float(facts["after_loss"]), rel=0.05)
+        assert "user" == d.owner
+        assert [] == [x for x in driver.detections if x.signature != "training_loss_diverged"]
+
+    @pytest.mark.parametrize("fmt", ["hf_trainer", "nanogpt", "plain", "keras", "lightning"])
+    def test_every_progress_shape_with_a_loss(self, fmt: str) -> None:
+        """The same jump printed by other trainers: one warning each."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = []
+        for step, x in enumerate(_losses(400, jump_at=250), 1):
+            lines.extend(progress_lines(fmt, step, 0.8, x))
+
+        driver.feed_lines(stream, lines)
+
+        assert 1 == len(_only(driver.detections, "training_loss_diverged"))
+
+    def test_a_single_spike_raises_nothing(self) -> None:
+        """One step at 5x the loss, then back: not 'doubled and stayed'."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        losses = _losses(300)
+        losses[199] *= 5
+
+        driver.feed_lines(stream, [_megatron(step, x) for step, x in enumerate(losses, 1)])
+
+        assert [] == driver.detections
+
+    def test_a_spike_of_a_few_steps_raises_nothing(self) -> None:
+        """Five steps at 3x (shorter than the sustain window), then back: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        losses = _losses(300)
+        for i in range(199, 204):
+            losses[i] *= 3
+
+        driver.feed_lines(stream, [_megatron(step, x) for step, x in enumerate(losses, 1)])
+
+        assert [] == driver.detections
+
+    def test_noisy_loss_raises_nothing(self) -> None:
+        """A small-batch fine-tune: loss noise of 30% around a falling trend: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        losses = _losses(2000, noise=0.3, level=1.2, seed=9)
+
+        driver.feed_lines(stream, [_megatron(step, x) for step, x in enumerate(losses, 1)])
+
+        assert [] == driver.detections
+
+    def test_the_early_fall_of_the_loss_raises_nothing(self) -> None:
+        """From 10.8 down to 2.5 in the first 300 steps, then steady: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = [_megatron(step, 2.5 + 8.3 * 0.985 ** step) for step in range(1, 600)]
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == driver.detections
+
+    def test_another_run_in_the_same_stream_is_not_a_jump(self) -> None:
+        """A run at loss 0.13, then a job restarted from step 1 at loss 4.8 (steps go back):
+        its loss is its own, not a jump of the first one."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        first = [_megatron(step, x) for step, x in enumerate(_losses(200, level=0.13), 1)]
+        second = [_megatron(step, x) for step, x in enumerate(_losses(200, level=4.8), 1)]
+
+        driver.feed_lines(stream, [*first, *second])
+
+        assert [] == driver.detections
+
+    def test_back_to_normal_then_a_second_divergence_raises_a_second_warning(self) -> None:
+        """Jump, recovery for 100 steps, jump again: two warnings (the first is re-armed)."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        losses = _losses(600)
+        for i in range(200, 260):
+            losses[i] *= 3
+        for i in range(400, 460):
+            losses[i] *= 3
+
+        driver.feed_lines(stream, [_megatron(step, x) for step, x in enumerate(losses, 1)])
+
+        found = _only(driver.detections, "training_loss_diverged")
+        assert ["201", "401"] == [_facts(d)["since_step"] for d in found]
+
+
+def _overflow(wording: str, attempted: float, reduced: float) -> str:
+    if wording == "deepspeed":
+        return (f"[2024-03-18 14:02:45,286] [INFO] [loss_scaler.py:183:update_scale]"
+                f" [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale:"
+                f" {attempted:.0f}, reducing to {reduced:.0f}")
+    if wording == "fused":
+        return (f"[2024-03-18 14:03:34,047] [INFO] [fused_optimizer.py:344:step] Overflow"
+                f" detected. Skipping step. Attempted loss scale: {attempted:.0f}, reducing"
+                f" to {reduced:.1f}")
+    return (f"Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to"
+            f" {reduced:.1f}")
+
+
+class TestLossScaleCollapse:
+    @pytest.mark.parametrize("wording", ["deepspeed", "fused", "apex"])
+    def test_overflow_on_every_step_mid_run_raises_one_warning(self, wording: str) -> None:
+        """Start-up search, 300 good steps, then an overflow at every step: one warning with
+        the scale before and after."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        scale = 2.0 ** 32
+        lines = []
+        while scale > 65536:  # the start-up search: halving at the first steps is normal
+            lines.append(_overflow(wording, scale, scale / 2))
+            scale /= 2
+        lines += run("plain", 300, start=1)
+        for _ in range(8):
+            lines.append(_overflow(wording, scale, scale / 2))
+            scale /= 2
+        lines += run("plain", 20, start=301)
+
+        driver.feed_lines(stream, lines)
+
+        found = _only(driver.detections, "training_loss_scale_collapse")
+        assert 1 == len(found), [d.about for d in driver.detections]
+        facts = _facts(found[0])
+        assert "5" == facts["halvings"]
+        assert "warning" == found[0].severity.label
+        assert float(facts["loss_scale"]) == pytest.approx(65536 / 32)
+        if wording != "apex":  # apex prints only the new scale
+            assert float(facts["loss_scale_from"]) == pytest.approx(65536)
+
+    def test_megatron_scale_halved_on_every_logged_line_mid_run(self) -> None:
+        """fp16 Megatron: a steady scale, then skipped iterations on each logged line with
+        the scale halving: one warning naming the step it started at."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = [_megatron(step, 2.0, 65536.0) for step in range(1, 100)]
+        scale = 65536.0
+        for step in range(100, 110):
+            scale /= 2
+            lines.append(_megatron(step, 2.0, scale, skipped=1))
+
+        driver.feed_lines(stream, lines)
+
+        found = _only(driver.detections, "training_loss_scale_collapse")
+        assert 1 == len(found)
+        assert "100" == _facts(found[0])["since_step"]
+        assert "104" == _facts(found[0])["step"]
+
+    def test_the_start_up_search_raises_nothing(self) -> None:
+        """DeepSpeed halving from 2^32 to 2^16 in its first steps, then training: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        scale = 2.0 ** 32
+        lines = []
+        while scale > 65536:
+            lines.append(_overflow("deepspeed", scale, scale / 2))
+            scale /= 2
+        lines += run("plain", 300)
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == driver.detections
+
+    def test_an_overflow_now_and_then_raises_nothing(self) -> None:
+        """One overflow every 100 steps, the scale growing back in between: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = []
+        for block in range(8):
+            lines += run("plain", 100, start=block * 100 + 1)
+            lines.append(_overflow("deepspeed", 131072, 65536))
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == driver.detections
+
+    def test_a_few_overflows_in_a_row_then_recovery_raise_nothing(self) -> None:
+        """Three halvings in a row mid-run (fewer than five), then steady: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = [_megatron(step, 2.0, 65536.0) for step in range(1, 100)]
+        scale = 65536.0
+        for step in range(100, 103):
+            scale /= 2
+            lines.append(_megatron(step, 2.0, scale, skipped=1))
+        lines += [_megatron(step, 2.0, scale) for step in range(103, 200)]
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == driver.detections
+
+    def test_a_collapse_after_a_restart_mid_run_is_still_seen(self) -> None:
+        """Snapshot mid-run (settled), restart, then overflows on every step: one warning."""
+        clock = FakeClock()
+        first = _driver(clock)
+        stream = first.open()
+        lines = [_megatron(step, 2.0, 65536.0) for step in range(1, 100)]
+        data = "".join(line + "\n" for line in lines).encode()
+        first.feed(stream, data)
+        states = [json.loads(json.dumps(d.snapshot())) for d in first.detectors]
+
+        second = _driver(FakeClock())
+        for det, state in zip(second.detectors, states, strict=True):
+            det.restore(state)
+        resumed = second.open(offset=len(data), lineno=len(lines))
+        scale = 65536.0
+        more = []
+        for step in range(100, 110):
+            scale /= 2
+            more.append(_megatron(step, 2.0, scale, skipped=1))
+        second.feed_lines(resumed, more)
+
+        assert 1 == len(_only(second.detections, "training_loss_scale_collapse"))

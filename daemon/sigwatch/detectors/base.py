@@ -16,6 +16,16 @@ folds every detector's interests into one pass over the chunk; a line is decoded
 at most once whatever the number of detectors that read it (``Chunk.parts``), and results that
 several detectors share (parsed progress records) are cached on the chunk (``Chunk.cache``).
 
+A detector may also bring a ``prepass`` (``Prepass``): a reader of whole chunks that the runtime
+runs once per chunk *before* the interest pass, such as the progress reader's bulk parser. The
+lines it covers are then left out of the search for the interest patterns it ``covers`` (the
+detector reads them from the prepass result, ``chunk.prepassed[prepass]``), so the lines that make
+up most of a training log cost no per-line work at all.
+
+A per-line detector that never reads ``event.line.time`` (the log's own time of the line) may
+say so with ``line_time = False``: the runtime then does not parse the timestamp of lines that
+only such detectors get.
+
 Detectors return detections; they never write to sinks. State that replay cannot rebuild
 (a deadline, a learned baseline) goes into ``snapshot``/``restore`` and the checkpoint.
 """
@@ -23,6 +33,7 @@ Detectors return detections; they never write to sinks. State that replay cannot
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -30,8 +41,8 @@ from typing import Protocol, runtime_checkable
 from sigwatch.framing.normalize import normalize, normalize_line
 from sigwatch.model import Detection, LogLine, Match, StreamInfo
 
-__all__ = ["Chunk", "ChunkDetector", "ChunkLine", "Detector", "LineEvent", "Part",
-           "RecentLines", "StreamContext", "interests_of"]
+__all__ = ["Chunk", "ChunkDetector", "ChunkLine", "Covered", "Detector", "LineEvent", "Part",
+           "Prepass", "RecentLines", "StreamContext", "interests_of", "prepass_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +147,8 @@ class ChunkLine:
 
     ``start``/``end``: the line's bytes are ``chunk.data[start:end]``; ``interests``: bit ``i``
     is set when interest ``i`` of the pipeline selected it; ``matches``: part index -> the
-    signature steps that matched that part (empty for most lines).
+    signature steps that matched that part (empty for most lines); ``covered``: a prepass read
+    the line (the interests it covers were not searched on it).
     """
 
     start: int
@@ -145,6 +157,7 @@ class ChunkLine:
     offset: int
     interests: int = 0
     matches: dict[int, tuple[Match, ...]] = field(default_factory=dict)
+    covered: bool = False
 
 
 class Chunk:
@@ -155,17 +168,19 @@ class Chunk:
     """
 
     __slots__ = ("_parts", "_recent", "_select", "_times", "base", "base_lineno", "cache",
-                 "data", "lines", "mask", "replay_below", "seg_time", "stream")
+                 "data", "lines", "mask", "prepassed", "replay_below", "seg_time", "stream")
 
     def __init__(self, stream: StreamContext, data: bytes, lines: list[ChunkLine],
                  replay_below: int, seg_time: float | None = None,
                  mask: Callable[[Sequence[re.Pattern[bytes]]], int] | None = None, *,
                  base: int = 0, base_lineno: int = 0,
-                 recent: Callable[[int], RecentLines] | None = None) -> None:
+                 recent: Callable[[int], RecentLines] | None = None,
+                 prepassed: dict[object, object] | None = None) -> None:
         """``mask``: the bits ``ChunkLine.interests`` uses for given interest patterns.
         ``base``/``base_lineno``: the stream position of ``data[0]`` and the number of the
         line before it (a detector that reads lines no interest selected numbers them);
-        ``recent``: the lines before a line start, across the chunk boundary."""
+        ``recent``: the lines before a line start, across the chunk boundary; ``prepassed``:
+        each prepass's result for this chunk."""
         self.mask = mask or (lambda _patterns: 0)
         self.stream = stream
         self.data = data
@@ -175,6 +190,7 @@ class Chunk:
         self.base = base
         self.base_lineno = base_lineno
         self._recent = recent
+        self.prepassed: dict[object, object] = prepassed if prepassed is not None else {}
         self.cache: dict[object, object] = {}
         self._parts: dict[int, list[Part]] = {}
         self._times: dict[int, list[float | None]] = {}
@@ -212,6 +228,24 @@ class Chunk:
     def replaying(self, line: ChunkLine) -> bool:
         return line.offset < self.replay_below
 
+    def line_at(self, start: int, *, numbered: bool = True) -> ChunkLine:
+        """A ``ChunkLine`` for any line of the chunk (one no interest selected: a line a
+        prepass read), placed, and numbered unless ``numbered`` is False (lineno 0)."""
+        data = self.data
+        end = data.find(b"\n", start)
+        if end == -1:
+            end = len(data)
+        lineno = 0
+        if numbered:
+            # count from the nearest line already numbered before it
+            lines = self.lines
+            i = bisect_right(lines, start, key=_start_of) - 1
+            if i >= 0:
+                lineno = lines[i].lineno + data.count(b"\n", lines[i].start, start)
+            else:
+                lineno = self.base_lineno + data.count(b"\n", 0, start) + 1
+        return ChunkLine(start, end, lineno, self.base + start, covered=True)
+
     def before(self, start: int) -> RecentLines:
         """The lines before the line starting at ``data[start]`` (those of earlier chunks too,
         as far as the stream's tail reaches)."""
@@ -240,6 +274,10 @@ class _ChunkOnly:
         return out[-count:] if count else []
 
 
+def _start_of(line: ChunkLine) -> int:
+    return line.start
+
+
 @runtime_checkable
 class ChunkDetector(Protocol):
     """A detector fed per chunk of whole lines instead of per line (see the module doc).
@@ -258,6 +296,47 @@ class ChunkDetector(Protocol):
     def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
         """Take the lines ``chunk.select(mask)`` returns; return what they complete."""
         ...
+
+
+class Covered(Protocol):
+    """What a prepass read in one chunk: the lines it covers, as (start, newline index)."""
+
+    @property
+    def lines(self) -> Sequence[tuple[int, int]]:
+        """The covered lines, in order."""
+        ...
+
+
+class Prepass(Protocol):
+    """A reader of whole chunks, run once per chunk before the interest pass (see module doc)."""
+
+    @property
+    def covers(self) -> tuple[re.Pattern[bytes], ...]:
+        """Interest patterns that need not be searched on the lines the prepass covers."""
+        ...
+
+    @property
+    def vocabulary(self) -> frozenset[bytes] | None:
+        """Every run of letters a covered line can hold is part of one of these words
+        (lower case), or None when that is not known. A pattern whose every match needs
+        another run of letters is then not searched on the covered lines either."""
+        ...
+
+    @property
+    def alphabet(self) -> frozenset[int] | None:
+        """The bytes a covered line can hold (None: any). A pattern whose every match needs
+        another byte is not searched on the covered lines either."""
+        ...
+
+    def run(self, data: bytes) -> Covered:
+        """Read ``data`` (whole lines, each ending with a newline)."""
+        ...
+
+
+def prepass_of(detector: object) -> Prepass | None:
+    """A detector's prepass (its ``prepass`` attribute), if it has one."""
+    found = getattr(detector, "prepass", None)
+    return found if found is not None else None
 
 
 # A per-chunk detector may also define ``following(handle) -> bool``: True while it reads a

@@ -49,6 +49,7 @@ class BurstDetector:
     """One ``burst`` detection per burst of a signature or a template."""
 
     name = "burst"
+    line_time = False  # it never reads a line's own time (detectors.base)
 
     def __init__(
         self,

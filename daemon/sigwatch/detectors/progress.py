@@ -2,7 +2,8 @@
 
 Built-in extractors (one regex each, named groups) cover Megatron-LM iteration lines, Hugging
 Face Trainer loss dicts and its tqdm bars (``it/s`` and ``s/it``), Lightning progress bars (tqdm
-and "step N" styles), DeepSpeed (``step=N``, throughput timer, loss-scale overflow lines), nanoGPT
+and "step N" styles), DeepSpeed (``step=N``, throughput timer), the fp16 loss-scale overflow
+lines of DeepSpeed, Megatron and apex (the step was skipped, the scale lowered), nanoGPT
 (``iter N: loss X, time Yms``), Keras (``9ms/step``) and plain ``step N ... time`` prints. Users
 add their own: a regex with named groups ``step``, ``time`` (seconds) or ``time_ms``, ``loss``,
 ``grad_norm``, ``loss_scale``, ``throughput``.
@@ -17,12 +18,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from operator import attrgetter, itemgetter
+from typing import Any, Final, cast
 
 __all__ = [
     "BUILTIN_EXTRACTORS",
+    "BULK_BYTES",
+    "BULK_WORDS",
     "Extractor",
     "Progress",
     "ProgressParser",
@@ -51,6 +55,7 @@ class Progress:
     loss_scale: float | None = None
     eval: bool = False  # an evaluation / validation bar: activity, not a training step
     overflow: bool = False  # an fp16 overflow line: the step was skipped, scale lowered
+    attempted_scale: float | None = None  # an overflow line's scale before it was lowered
 
     @property
     def cost(self) -> float | None:
@@ -101,6 +106,8 @@ class Extractor:
         return cls(name, pattern, regex.encode())
 
 
+_SCALE = r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"  # a loss scale as optimizers print it
+_OVERFLOW_KINDS = frozenset({"deepspeed_overflow", "fp16_overflow", "apex_overflow"})
 _TQDM_RATE = (r"(?:(?P<it_per_s>\d+(?:\.\d+)?)\s?it/s|(?P<s_per_it>\d+(?:\.\d+)?)\s?s/it)")
 
 BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
@@ -118,6 +125,15 @@ BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
     Extractor("deepspeed_overflow", re.compile(
         r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: (?P<attempted>[\d.]+)"
         r"(?:, reducing to (?P<loss_scale>[\d.]+))?"), rb"OVERFLOW! Rank"),
+    # DeepSpeed's and Megatron's fp16 optimizers: "Overflow detected. Skipping step.
+    # Attempted loss scale: 1024, reducing to 512.0"
+    Extractor("fp16_overflow", re.compile(
+        r"Overflow detected\. Skipping step\. Attempted loss scale: (?P<attempted>" + _SCALE
+        + r"), reducing to (?P<loss_scale>" + _SCALE + r")"), rb"Overflow detected"),
+    # apex amp: "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 16384.0"
+    Extractor("apex_overflow", re.compile(
+        r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to "
+        r"(?P<loss_scale>" + _SCALE + r")"), rb"Gradient overflow"),
     Extractor("keras", re.compile(
         r"^\s*(?P<step>\d+)/\d+ - \d+s - (?P<time_ms>[\d.]+)ms/step"), rb"ms/step"),
     # tqdm (HF Trainer, Lightning's default bar, plain tqdm loops): "desc: 12%|...| 70/1000
@@ -140,7 +156,8 @@ BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
 
 _NEEDLES = {"megatron": "elapsed time per iteration", "nanogpt": "iter ",
             "deepspeed_throughput": "SamplesPerSec=", "deepspeed_step": "] step=",
-            "deepspeed_overflow": "OVERFLOW!", "keras": "ms/step", "tqdm": "%|",
+            "deepspeed_overflow": "OVERFLOW!", "fp16_overflow": "Overflow detected",
+            "apex_overflow": "Gradient overflow", "keras": "ms/step", "tqdm": "%|",
             "hf_dict": "{'", "lightning_rich": "\u2022"}
 BUILTIN_EXTRACTORS = tuple(replace(e, needle=_NEEDLES.get(e.name, ""))
                            for e in BUILTIN_EXTRACTORS)
@@ -188,6 +205,8 @@ _PLAIN_TIME_RE = re.compile(
     r"|(?<![\w.+-])(?P<throughput>\d+(?:\.\d+)?)\s?(?:samples|tokens|tok|images|img|imgs|seqs)/s\b"
     r"|(?<![\w/])(?:samples|tokens|images|img)(?:/s|_per_sec(?:ond)?)\s*[:=]?\s*"
     r"(?P<throughput2>\d+(?:\.\d+)?)")
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_NOT_PROGRESS_MAX = 4096
 _EVAL_DESC_RE = re.compile(r"(?i)valid|eval|test|sanity|predict|tokeni|map|download|load|infer")
 
 
@@ -205,6 +224,11 @@ class ProgressParser:
         # user extractors add their own regex.
         user = [e.interest for e in self.extractors if e.name not in _BUILTIN_NAMES]
         self.interest: re.Pattern[bytes] = re.compile(b"|".join([*user, _BUILTIN_INTEREST]))
+        # Texts known to be no progress line, by shape (digits as 0): a log repeats its
+        # non-progress lines that merely hold "step" or "loss" (checkpoint saves, eval
+        # results) with other numbers. Only for the built-in extractors, whose answer does not
+        # depend on the digits of a line without "it/s" (see ``parse``).
+        self._not_progress: dict[bytes, None] | None = {} if not user else None
 
     @property
     def names(self) -> Sequence[str]:
@@ -212,6 +236,23 @@ class ProgressParser:
 
     def parse(self, text: str) -> Progress | None:
         """The progress a line reports, or None when it is not a progress line."""
+        known = self._not_progress
+        if known is None or "it/s" in text:
+            return self._parse(text)
+        # Every built-in regex reads digits as \d and counts them, and no test on a value
+        # decides None except a rate of 0 it/s: with every digit made 0, a text parses to
+        # None exactly when the text itself does.
+        shape = text.encode("utf-8", "surrogateescape").translate(_ZERO_DIGITS)
+        if shape in known:
+            return None
+        found = self._parse(text)
+        if found is None:
+            if len(known) >= _NOT_PROGRESS_MAX:
+                known.clear()
+            known[shape] = None
+        return found
+
+    def _parse(self, text: str) -> Progress | None:
         for ex in self.extractors:
             if ex.needle and ex.needle not in text:
                 continue
@@ -244,6 +285,7 @@ class ProgressParser:
         loss = _group(m, "loss")
         scale = _group(m, "loss_scale")
         grad = _group(m, "grad_norm")
+        attempted = _group(m, "attempted")
         if name == "plain" and step_time is None and throughput is None and "loss" not in fields:
             return None
         return Progress(
@@ -251,7 +293,8 @@ class ProgressParser:
             loss=parse_number(loss) if loss else fields.get("loss"),
             grad_norm=parse_number(grad) if grad else fields.get("grad_norm"),
             loss_scale=parse_number(scale) if scale else fields.get("loss_scale"),
-            eval=is_eval, overflow=name == "deepspeed_overflow",
+            eval=is_eval, overflow=name in _OVERFLOW_KINDS,
+            attempted_scale=parse_number(attempted) if attempted else None,
         )
 
 
@@ -354,3 +397,284 @@ def _fields(text: str) -> dict[str, float]:
             except ValueError:
                 continue
     return out
+
+
+# -- the whole-chunk pass ------------------------------------------------------------------------
+#
+# Most progress lines of a long run have one of a few shapes: Megatron's iteration line, the
+# Hugging Face Trainer's loss dict and tqdm bars (HF, Lightning). ``BulkProgress`` reads those
+# over a whole chunk of raw bytes with one regex and converts the figures in bulk; the other lines
+# go through ``ProgressParser.parse`` one by one. Each shape is a closed grammar (fixed keys in
+# their fixed order, plain finite numbers, an optional ``[rankN]:`` launcher tag), so a line it
+# accepts holds nothing else: normalisation gives one part (tqdm: one per ``\r`` rewrite) with
+# that rank, and ``ProgressParser.parse`` of the part gives exactly the figures read here.
+# Anything else (another key, an ANSI colour, a second launcher tag, ``?it/s``, a NaN) is not
+# accepted and is parsed per line. tests/unit/test_progress.py checks that on generated
+# variants and on the corpus; tests/unit/test_detector_equivalence.py on whole logs.
+
+# A finite number as trainers print it (a subset of what the field scan reads: NaN and Inf,
+# rare and important, always take the per-line path).
+_NUMB = rb"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+# torchrun's tag; what follows it on the line is the text (its figures need no other envelope).
+# Not "[defaultN]:" (--tee's other form): "default" would put the letters of "fault" in the
+# vocabulary below, and error words could then no longer skip these lines.
+_BULK_TAG = rb"\[rank(?P<rank>\d{1,6})\]:[ \t]?"
+
+
+def _opt(item: bytes) -> bytes:
+    """An optional item (an alternation with an empty branch: cheaper than ``?`` in ``re``)."""
+    return b"(?:" + item + b"|)"
+
+
+_BULK_MEGATRON = (
+    rb"[ \t]*(?:\[(?P<m_ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\][ \t]*|)"
+    rb"iteration +(?P<m_step>\d+) */ *\d+ \|"
+    rb" consumed samples: +\d+ \|"
+    + _opt(rb" skipped samples: +\d+ \|") + _opt(rb" consumed tokens: +\d+ \|")
+    + rb" elapsed time per iteration \(ms\): (?P<m_ms>\d+(?:\.\d+)?) \|"
+    + _opt(rb" throughput per GPU \(TFLOP/s/GPU\): +" + _NUMB + rb" \|")
+    + rb" learning rate: +" + _NUMB + rb" \|"
+    + _opt(rb" decoupled learning rate: +" + _NUMB + rb" \|")
+    + rb" global batch size: +\d+ \|"
+    + _opt(rb" lm loss: +(?P<m_loss>" + _NUMB + rb") \|")
+    + _opt(rb" loss scale: +(?P<m_scale>" + _NUMB + rb") \|")
+    + _opt(rb" grad norm: +(?P<m_gn>" + _NUMB + rb") \|")
+    + _opt(rb" num zeros: +" + _NUMB + rb" \|") + _opt(rb" params norm: +" + _NUMB + rb" \|")
+    + _opt(rb" actual seqlen: +\d+ \|")
+    + rb" number of skipped iterations: +(?P<m_skipped>\d+) \|"
+    rb" number of nan iterations: +\d+ \|"
+    + _opt(rb" samples per second: +" + _NUMB + rb" \|") + _opt(rb" TFLOPs: +" + _NUMB + rb" \|")
+    + rb"[ \t]*")
+_BULK_HF = (rb"[ \t]*\{'loss': (?P<h_loss>" + _NUMB + rb")"
+            + _opt(rb", 'grad_norm': (?P<h_gn>" + _NUMB + rb")")
+            + rb", 'learning_rate': " + _NUMB + _opt(rb", 'epoch': " + _NUMB) + rb"\}[ \t]*")
+# tqdm's postfix keys that hold no figure the field scan reads
+_TQDM_SAFE = rb"(?:, (?:v_num|lr|step|epoch|global_step)=" + _NUMB + rb")*"
+# where a tqdm line may start (its bars are then read one by one, as normalisation splits them)
+_TQDM_START = rb"(?:Epoch \d+: +)?[ \t]*\d{1,3}%\|"
+# One tqdm bar (HF Trainer, Lightning): optional ``Epoch N:``, the bar, a numeric rate, an
+# optional loss in the postfix. The bar's bytes: blanks, '#' and Unicode block elements.
+_TQDM_PART_RE = re.compile(
+    rb"(?:Epoch \d+: +)?[ \t]*\d{1,3}%\|[ #\xe2\x96\x80-\x9f]*\| *(\d+)/(?:\d+|\?) *"
+    rb"\[[0-9:]+<[0-9:?]+, *(?:(\d+(?:\.\d+)?) ?it/s|(\d+(?:\.\d+)?) ?s/it)"
+    + _TQDM_SAFE + _opt(rb", (?:train_)?loss=(" + _NUMB + rb")" + _TQDM_SAFE) + rb"\]")
+_BULK_LINE = (rb"(?:(?:" + _BULK_TAG + rb"|)(?:(?P<megatron>" + _BULK_MEGATRON + rb")(?=\n)"
+              rb"|(?P<hf_dict>" + _BULK_HF + rb")(?=\n)|(?P<tqdm>(?=" + _TQDM_START + rb")))"
+              rb"|\r+(?P<tqdm_cr>(?=" + _TQDM_START + rb")))")
+_BULK_FIRST_RE = re.compile(_BULK_LINE)
+_BULK_RE = re.compile(rb"\n" + _BULK_LINE)
+# Every run of letters a line the pass accepts can hold is part of one of these (they are
+# read off the grammars themselves, regex syntax and group names included: more words than
+# needed). A pattern that needs another run of letters cannot match such a line.
+BULK_WORDS = frozenset(w.lower() for w in re.findall(
+    rb"[A-Za-z]+", _BULK_LINE + b" " + _TQDM_PART_RE.pattern))
+# The bytes such a line can hold: ASCII, and the UTF-8 bytes of a tqdm bar's block elements.
+BULK_BYTES = frozenset(range(128)) | {0xE2, 0x96} | frozenset(range(0x80, 0xA0))
+
+# What a progress record holds, by position (a tuple: no object per record).
+R_START: Final = 0  # where the line starts in the chunk
+R_PART: Final = 1  # which part of the normalised line (a tqdm rewrite)
+R_RANK: Final = 2
+R_KIND: Final = 3
+R_STEP: Final = 4
+R_STEP_TIME: Final = 5
+R_THROUGHPUT: Final = 6
+R_LOSS: Final = 7
+R_GRAD_NORM: Final = 8
+R_LOSS_SCALE: Final = 9
+R_FLAGS: Final = 10
+R_COST: Final = 11  # ``Progress.cost``
+R_ATTEMPTED: Final = 12  # ``Progress.attempted_scale``
+# R_FLAGS bits
+F_EVAL: Final = 1  # an evaluation bar: activity, not a training step
+F_OVERFLOW: Final = 2  # an fp16 overflow line (the step was skipped)
+F_SKIPPED: Final = 4  # the text reports skipped iterations or an overflow (the bad-numbers test)
+
+ProgressRecord = tuple[int, int, str | None, str, int | None, float | None, float | None,
+                       float | None, float | None, float | None, int, float | None,
+                       float | None]
+
+
+def record_of(start: int, part: int, rank: str | None, progress: Progress,
+              skipped: bool) -> ProgressRecord:
+    """The tuple form of one parsed ``Progress`` (what the per-line path gives)."""
+    flags = (F_EVAL if progress.eval else 0) | (F_OVERFLOW if progress.overflow else 0) | (
+        F_SKIPPED if skipped else 0)
+    return (start, part, rank, progress.kind, progress.step, progress.step_time,
+            progress.throughput, progress.loss, progress.grad_norm, progress.loss_scale, flags,
+            progress.cost, progress.attempted_scale)
+
+
+def progress_of(record: ProgressRecord) -> Progress:
+    """The ``Progress`` a record stands for."""
+    flags = record[R_FLAGS]
+    return Progress(record[R_KIND], record[R_STEP], record[R_STEP_TIME], record[R_THROUGHPUT],
+                    record[R_LOSS], record[R_GRAD_NORM], record[R_LOSS_SCALE],
+                    eval=bool(flags & F_EVAL), overflow=bool(flags & F_OVERFLOW),
+                    attempted_scale=record[R_ATTEMPTED])
+
+
+@dataclass(slots=True)
+class Shape:
+    """The records of one shape in a chunk, as columns (one entry per record, in line order).
+
+    Every record is finite, no evaluation bar, no overflow line and has no throughput (the
+    shapes' grammars say so). ``parts`` is None when each record is its line's only part;
+    ``skipped`` is None when no record's text reports skipped iterations.
+    """
+
+    kind: str
+    starts: list[int]
+    ranks: list[str | None]
+    steps: list[int | None]
+    step_times: list[float | None]
+    losses: list[float | None]
+    grad_norms: list[float | None]
+    loss_scales: list[float | None]
+    parts: list[int] | None = None
+    skipped: list[bool] | None = None
+    scaled: bool = False  # some record has a loss scale
+    stamps: list[bytes | None] | None = None  # each line's timestamp (None: none has one)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def record(self, i: int) -> ProgressRecord:
+        t = self.step_times[i]
+        return (self.starts[i], self.parts[i] if self.parts is not None else 0, self.ranks[i],
+                self.kind, self.steps[i], t, None, self.losses[i], self.grad_norms[i],
+                self.loss_scales[i], F_SKIPPED if self.skipped and self.skipped[i] else 0,
+                t if t is not None and t > 0 else None, None)
+
+    def key(self, i: int) -> tuple[int, int]:
+        """(line start, part) of record ``i``: its place in the chunk."""
+        return self.starts[i], self.parts[i] if self.parts is not None else 0
+
+
+@dataclass(slots=True)
+class BulkRecords:
+    """What the whole-chunk pass read: each accepted line as (start, newline index), in
+    order, and the records of those lines by shape."""
+
+    lines: list[tuple[int, int]] = field(default_factory=list)
+    shapes: list[Shape] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.shapes)
+
+    def records(self) -> list[ProgressRecord]:
+        """Every record, in line order."""
+        out = [shape.record(i) for shape in self.shapes for i in range(len(shape))]
+        out.sort(key=itemgetter(R_START, R_PART))
+        return out
+
+
+def _floats(raw: Sequence[bytes | None]) -> list[float | None]:
+    return [float(x) if x else None for x in raw]
+
+
+def _ranks(raw: Sequence[bytes | None]) -> list[str | None]:
+    if not any(raw):
+        return [None] * len(raw)
+    return [x.decode() if x is not None else None for x in raw]
+
+
+def _picker(*names: str) -> Callable[[re.Match[bytes]], tuple[Any, ...]]:
+    """Those groups of a ``_BULK_RE`` match, by index (no name lookups per match)."""
+    index = _BULK_RE.groupindex
+    pick = itemgetter(*(index[n] - 1 for n in names))
+    return lambda m: pick(m.groups())
+
+
+_MEGATRON_GROUPS = _picker("rank", "m_step", "m_ms", "m_loss", "m_scale", "m_gn", "m_skipped",
+                           "m_ts")
+_HF_GROUPS = _picker("rank", "h_loss", "h_gn")
+_RANK_GROUP = _BULK_RE.groupindex["rank"]
+_START = attrgetter("start")
+
+
+class BulkProgress:
+    """Reads the dominant progress shapes of a chunk in one pass (see above)."""
+
+    def parse(self, data: bytes) -> BulkRecords:
+        """Every accepted line of ``data`` (whole lines, each ending with a newline)."""
+        found = list(_BULK_RE.finditer(data))
+        first = _BULK_FIRST_RE.match(data)
+        if first is not None:
+            found.insert(0, first)
+        out = BulkRecords()
+        if not found:
+            return out
+        meg = [m for m in found if m.lastgroup == "megatron"]
+        hf = [m for m in found if m.lastgroup == "hf_dict"]
+        lines = out.lines
+        if meg:
+            ranks, steps, ms, loss, scale, gn, skipped, stamped = zip(
+                *map(_MEGATRON_GROUPS, meg), strict=True)
+            starts = _line_starts(meg, first)
+            out.shapes.append(Shape(
+                "megatron", starts, _ranks(ranks), list(map(int, steps)),
+                [float(x) / 1000.0 for x in ms], _floats(loss), _floats(gn), _floats(scale),
+                skipped=([x[0] != 48 for x in skipped]  # "skipped iterations:  1" (not 0)
+                         if any(x[0] != 48 for x in skipped) else None),
+                scaled=any(scale),
+                stamps=list(stamped) if any(stamped) else None))
+            lines.extend(zip(starts, [m.end() for m in meg], strict=True))
+        if hf:
+            ranks, loss, gn = zip(*map(_HF_GROUPS, hf), strict=True)
+            starts = _line_starts(hf, first)
+            none: list[Any] = [None] * len(hf)
+            out.shapes.append(Shape("hf_dict", starts, _ranks(ranks), none, none,
+                                    list(map(float, loss)), _floats(gn), none))
+            lines.extend(zip(starts, [m.end() for m in hf], strict=True))
+        if len(meg) + len(hf) < len(found):
+            self._tqdm(data, [m for m in found if m.lastgroup in ("tqdm", "tqdm_cr")], first,
+                       out)
+        if len(out.shapes) > 1:
+            lines.sort()
+        return out
+
+    @staticmethod
+    def _tqdm(data: bytes, found: list[re.Match[bytes]], first: re.Match[bytes] | None,
+              out: BulkRecords) -> None:
+        """Lines that start like a tqdm bar: accepted when every ``\\r``-separated part of the
+        line (as normalisation splits it) is a whole bar."""
+        find = data.find
+        begins = [m.end() for m in found]
+        ends = [find(b"\n", b) for b in begins]
+        pieces = [data[b:e].split(b"\r") for b, e in zip(begins, ends, strict=True)]
+        pieces = [[x for x in p if x] if b"" in p else p for p in pieces]
+        fullmatch = _TQDM_PART_RE.fullmatch
+        bars = [list(map(fullmatch, p)) for p in pieces]
+        starts: list[int] = []
+        parts: list[int] = []
+        ranks: list[str | None] = []
+        rows: list[re.Match[bytes]] = []
+        for m, end, line_bars in zip(found, ends, bars, strict=True):
+            if None in line_bars:
+                continue
+            start = m.start() + (m is not first)
+            out.lines.append((start, end))
+            raw_rank = m.group(_RANK_GROUP)
+            n = len(line_bars)
+            starts += [start] * n
+            parts += range(n)
+            ranks += [raw_rank.decode() if raw_rank is not None else None] * n
+            rows += cast("list[re.Match[bytes]]", line_bars)
+        if not rows:
+            return
+        steps, ips, spi, loss = zip(*(m.groups() for m in rows), strict=True)
+        times = [(1.0 / r if (r := float(a)) > 0 else None) if a is not None else float(b)
+                 for a, b in zip(ips, spi, strict=True)]
+        none: list[Any] = [None] * len(rows)
+        out.shapes.append(Shape("tqdm", starts, ranks, list(map(int, steps)), times,
+                                _floats(loss), none, none, parts=parts))
+
+
+def _line_starts(found: list[re.Match[bytes]], first: re.Match[bytes] | None) -> list[int]:
+    """Line starts of matches of ``_BULK_RE`` (which start at the newline before the line)
+    and of ``_BULK_FIRST_RE`` (the chunk's first line)."""
+    starts = [m.start() + 1 for m in found]
+    if found[0] is first:
+        starts[0] = 0
+    return starts

@@ -388,8 +388,19 @@ _LOW_LEVEL_RE = re.compile(
     r"|^# (?:HELP|TYPE) ")
 
 
+_LAST: list[Any] = [None, False]  # the last text asked and its answer (two detectors ask)
+
+
 def looks_like_error(text: str) -> bool:
     """True when a line reads like an error report, not just a line holding an error word."""
+    if text is _LAST[0]:
+        return bool(_LAST[1])
+    found = _looks_like_error(text)
+    _LAST[0], _LAST[1] = text, found
+    return found
+
+
+def _looks_like_error(text: str) -> bool:
     m = _ERROR_RE.search(text)
     if m is None or _LOW_LEVEL_RE.search(text) is not None:
         return False
@@ -426,6 +437,7 @@ class NovelErrorDetector:
     """
 
     name = NOVEL_ERROR
+    line_time = False  # it never reads a line's own time (detectors.base)
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
-"""Detectors on training progress: step-time regressions (incident 004), stalls, bad numbers.
+"""Detectors on training progress: step-time regressions (incident 004), stalls, bad numbers,
+a diverging loss.
 
-All three read progress lines through one shared ``ProgressReader`` (each line is parsed once
+All read progress lines through one shared ``ProgressReader`` (each line is parsed once
 whatever the number of detectors) and keep per-series state keyed by the stream's stable key,
 the rank and the extractor, so ``snapshot``/``restore`` carries it across a restart:
 
@@ -11,24 +12,31 @@ the rank and the extractor, so ``snapshot``/``restore`` carries it across a rest
   never completes a run, and the baseline is frozen while hot. After ``rebaseline`` hot samples
   the new level is accepted as normal (no second alert). On a stream that showed MI300 / gfx942
   / MIOpen / ROCm 6.3.0 evidence the detection names incident 004 and carries its fix.
+- ``LossTrendDetector``: the same rule on the loss with ``ratio`` 2: a loss that doubled and
+  stayed makes one ``training_loss_diverged`` warning (a spike, noise or another run printing
+  into the stream do not).
 - ``StallDetector``: progress stopped for ``factor`` times the usual interval and at least
   ``floor`` seconds -> a line-less ``training_stalled`` (from ``tick``); when progress resumes,
   a second ``training_stalled`` detection with status ``resolved``. A stream closed cleanly or
   a run that printed its end-of-training line is not a stall.
 - ``BadNumbersDetector``: NaN/Inf loss (or grad norm outside an fp16 overflow) on ``consecutive``
   progress lines in a row -> one ``training_nonfinite`` error; a dynamic loss scale that falls
-  to its minimum -> one ``training_loss_scale_minimum`` error. The fp16 loss-scale search at
-  the start of training (overflow lines, scale halving from 2^32 or 2^16) raises nothing.
+  to its minimum -> one ``training_loss_scale_minimum`` error; the scale halved ``halvings``
+  times in a row once the run is under way -> one ``training_loss_scale_collapse`` warning. The
+  fp16 loss-scale search at the start of training (overflow lines, scale halving from 2^32 or
+  2^16) raises nothing.
 
 Restart rule shared by all: after ``restore``, lines of a stream at or below the offset the
 snapshot had reached are not counted again (the runtime may re-read or replay them).
 
-All three work per chunk (``on_chunk``): the runtime's one interest pass selects the chunk's
-progress lines, the shared reader parses each once (cached on the chunk), and each detector
-walks the parsed records with no line or event objects. The stall detector reads a line's own
-timestamp only for the records whose intervals it keeps (the last ones of the chunk), and all
-lines of one chunk arrive at one monotonic instant. ``on_line`` remains for drivers that feed
-lines one by one; both give the same detections (tests/unit/test_detector_equivalence.py).
+All work per chunk (``on_chunk``). The reader is also their prepass: it reads the chunk's
+Megatron, Hugging Face and tqdm lines at once (``BulkProgress``), and the detectors take those
+records as columns, per series, in blocks (``_Trend._update_many``, the bad numbers' sums
+between events); the other lines the one interest pass selects are parsed one by one (cached on
+the chunk). The stall detector reads a line's own timestamp only for the records whose gaps it
+keeps, and all lines of one chunk arrive at one monotonic instant. ``on_line`` remains for
+drivers that feed lines one by one; both give the same detections
+(tests/unit/test_detector_equivalence.py).
 """
 
 from __future__ import annotations
@@ -36,14 +44,47 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from operator import itemgetter
+from typing import Any, cast
 
 from sigwatch.clock import Clock
 from sigwatch.detectors.base import Chunk, ChunkLine, LineEvent, Part, StreamContext
-from sigwatch.detectors.progress import Extractor, Progress, ProgressParser, literal_interest
+from sigwatch.detectors.progress import (
+    BULK_BYTES,
+    BULK_WORDS,
+    F_EVAL,
+    F_OVERFLOW,
+    F_SKIPPED,
+    R_ATTEMPTED,
+    R_COST,
+    R_FLAGS,
+    R_GRAD_NORM,
+    R_KIND,
+    R_LOSS,
+    R_LOSS_SCALE,
+    R_PART,
+    R_RANK,
+    R_START,
+    R_STEP,
+    R_STEP_TIME,
+    R_THROUGHPUT,
+    BulkProgress,
+    BulkRecords,
+    Extractor,
+    Progress,
+    ProgressParser,
+    ProgressRecord,
+    Shape,
+    literal_interest,
+    progress_of,
+    record_of,
+)
+from sigwatch.framing.timestamps import match_timestamp
 from sigwatch.model import Detection, LogLine, Match, Remediation, Severity, StreamInfo
 from sigwatch.telemetry.metrics import SelfMetrics
 
@@ -51,6 +92,7 @@ __all__ = [
     "INCIDENT_004_REMEDIATION",
     "BadNumbersDetector",
     "LastProgress",
+    "LossTrendDetector",
     "ProgressReader",
     "StallDetector",
     "StepTimeDetector",
@@ -58,7 +100,8 @@ __all__ = [
 
 # Whose fault each detection of this module is: bad numbers come from the job's own training
 # configuration; a slowdown or a stall may be the node's or the job's, so it is not known.
-OWNER_OF = {"training_nonfinite": "user", "training_loss_scale_minimum": "user"}
+OWNER_OF = {"training_nonfinite": "user", "training_loss_scale_minimum": "user",
+            "training_loss_scale_collapse": "user", "training_loss_diverged": "user"}
 
 MAX_SERIES = 1000
 
@@ -77,12 +120,19 @@ class LastProgress:
 class ProgressReader:
     """One ``ProgressParser`` shared by the training detectors; parses each line once.
 
-    ``last(stream_key)`` is the last progress record parsed on a stream, so that other readers
-    need no second parse.
+    With the built-in extractors only, the reader is also the training detectors' prepass:
+    ``run`` reads a whole chunk's Megatron, Hugging Face and tqdm lines at once
+    (``BulkProgress``); the detectors take those records from ``bulk_of(chunk)`` and parse the
+    other lines they are given one by one (``read_part``). ``last(stream_key)`` is the last
+    progress record parsed on a stream, so that other readers need no second parse.
     """
 
     def __init__(self, extractors: Iterable[Extractor] = (), *, builtin: bool = True) -> None:
+        extractors = tuple(extractors)
         self.parser = ProgressParser(extractors, builtin=builtin)
+        # The whole-chunk pass knows the built-in shapes only; a user extractor is tried before
+        # them and could claim one of their lines, so then every line is parsed on its own.
+        self.bulk = BulkProgress() if builtin and not extractors else None
         self._line: LogLine | None = None
         self._progress: Progress | None = None
         self._last: OrderedDict[str, LastProgress] = OrderedDict()
@@ -90,6 +140,33 @@ class ProgressReader:
     @property
     def interest(self) -> re.Pattern[bytes]:
         return self.parser.interest
+
+    # -- the prepass (detectors.base.Prepass) --------------------------------------------------
+
+    @property
+    def prepass(self) -> ProgressReader | None:
+        return self if self.bulk is not None else None
+
+    @property
+    def covers(self) -> tuple[re.Pattern[bytes], ...]:
+        return (self.parser.interest,)
+
+    @property
+    def vocabulary(self) -> frozenset[bytes]:
+        return BULK_WORDS
+
+    @property
+    def alphabet(self) -> frozenset[int]:
+        return BULK_BYTES
+
+    def run(self, data: bytes) -> BulkRecords:
+        return self.bulk.parse(data) if self.bulk is not None else BulkRecords()
+
+    def bulk_of(self, chunk: Chunk) -> BulkRecords | None:
+        found = chunk.prepassed.get(self)
+        return found if isinstance(found, BulkRecords) else None
+
+    # -- per line ------------------------------------------------------------------------------
 
     def last(self, stream_key: str) -> LastProgress | None:
         return self._last.get(stream_key)
@@ -123,15 +200,50 @@ class ProgressReader:
             parsed.last = (key, line, part, text, found)
         return found
 
-    def chunk_done(self, chunk: Chunk) -> None:
-        """Remember the chunk's last parsed record for its stream (idempotent)."""
+    def record_part(self, chunk: Chunk, line: ChunkLine, part: int, text: str, rank: str | None,
+                    ) -> ProgressRecord | None:
+        """``read_part`` as a record (with its skipped-iterations flag), made once per chunk."""
         parsed = chunk.cache.get(self)
-        if not isinstance(parsed, _Parsed) or parsed.last is None:
+        if not isinstance(parsed, _Parsed):
+            parsed = chunk.cache[self] = _Parsed()
+        key = (line.start, part)
+        found = parsed.as_records.get(key, _MISSING)
+        if found is not _MISSING:
+            return cast("ProgressRecord | None", found)
+        progress = self.read_part(chunk, line, part, text)
+        rec = None if progress is None else record_of(line.start, part, rank, progress,
+                                                       _skipped(text))
+        parsed.as_records[key] = rec
+        return rec
+
+    def chunk_done(self, chunk: Chunk) -> None:
+        """Remember the chunk's last progress record for its stream (idempotent)."""
+        parsed = chunk.cache.get(self)
+        last = parsed.last if isinstance(parsed, _Parsed) else None
+        bulk = self.bulk_of(chunk)
+        tail = _last_bulk(bulk) if bulk is not None else None
+        if tail is not None and (last is None or last[0] < (tail[R_START], tail[R_PART])):
+            line = chunk.line_at(tail[R_START])
+            part = chunk.parts(line)[tail[R_PART]]
+            self._remember(chunk.stream.info.key, LastProgress(
+                line.offset, line.lineno, part.rank, part.text, progress_of(tail)))
             return
-        _key, line, part, text, progress = parsed.last
-        rank = chunk.parts(line)[part].rank
+        if last is None:
+            return
+        _key, line, k, text, progress = last
+        rank = chunk.parts(line)[k].rank
         self._remember(chunk.stream.info.key,
                        LastProgress(line.offset, line.lineno, rank, text, progress))
+
+
+def _last_bulk(bulk: BulkRecords) -> ProgressRecord | None:
+    best: ProgressRecord | None = None
+    for shape in bulk.shapes:
+        if len(shape):
+            rec = shape.record(len(shape) - 1)
+            if best is None or (rec[R_START], rec[R_PART]) > (best[R_START], best[R_PART]):
+                best = rec
+    return best
 
 
 @dataclass(slots=True)
@@ -140,17 +252,28 @@ class _Parsed:
 
     records: dict[tuple[int, int], Progress | None] = field(default_factory=dict)
     last: tuple[tuple[int, int], ChunkLine, int, str, Progress] | None = None
+    as_records: dict[tuple[int, int], object] = field(default_factory=dict)
+
+
+_MISSING = object()
 
 
 def _delivered(chunk: Chunk, mask: int,
                confirm: tuple[int, re.Pattern[bytes]] | None = None,
-               ) -> Iterator[tuple[ChunkLine, int, Part]]:
+               ) -> list[tuple[ChunkLine, int, Part]]:
     """The parts a per-line detector with interests ``mask`` would have been given, in order:
-    every part of a line its interests select, the matched parts of the other lines.
+    every part of a line its interests select, the matched parts of the other lines (made
+    once per chunk for each ``mask``: detectors with the same interests share it).
 
     ``confirm`` (bits, exact pattern): a line selected by those bits alone (a cheap literal
-    gate) counts as selected only if the exact pattern finds it too.
+    gate) counts as selected only if the exact pattern finds it too. Lines the prepass
+    covered come too (for their matches); their progress is in the prepass result.
     """
+    key = ("delivered", mask, confirm)
+    found = chunk.cache.get(key)
+    if found is not None:
+        return cast("list[tuple[ChunkLine, int, Part]]", found)
+    out: list[tuple[ChunkLine, int, Part]] = []
     for line in chunk.select(mask):
         parts = chunk.parts(line)
         wanted = line.interests & mask
@@ -159,12 +282,62 @@ def _delivered(chunk: Chunk, mask: int,
             if confirm[1].search(data, line.start, line.end + 1) is None:
                 wanted = 0
         if wanted:
-            for k, part in enumerate(parts):
-                yield line, k, part
+            out.extend((line, k, part) for k, part in enumerate(parts))
         else:
-            for k in sorted(line.matches):
-                if k < len(parts):
-                    yield line, k, parts[k]
+            out.extend((line, k, parts[k]) for k in sorted(line.matches) if k < len(parts))
+    chunk.cache[key] = out
+    return out
+
+
+# A record's place in its chunk as one int: (line start, part) in order.
+_PART_BITS = 20
+
+
+def _pos(start: int, part: int) -> int:
+    return (start << _PART_BITS) | part
+
+
+@dataclass(slots=True)
+class _Fresh:
+    """The bulk records of a chunk a detector still has to count: per shape, from ``first``."""
+
+    shapes: list[tuple[Shape, int]]
+    last_line: int  # start of the last covered line counted (-1: none)
+
+    @classmethod
+    def of(cls, bulk: BulkRecords | None, floor: int | None) -> _Fresh:
+        """``floor``: chunk positions at or below it were counted before a restart."""
+        if bulk is None:
+            return cls([], -1)
+        shapes = []
+        for shape in bulk.shapes:
+            first = 0 if floor is None else bisect_right(shape.starts, floor)
+            if first < len(shape):
+                shapes.append((shape, first))
+        last = bulk.lines[-1][0] if bulk.lines else -1
+        if floor is not None and last <= floor:
+            last = -1
+        return cls(shapes, last)
+
+    def by_rank(self) -> list[tuple[str | None, Shape, list[int]]]:
+        """(rank, shape, record indices) for each rank of each shape, in line order."""
+        out: list[tuple[str | None, Shape, list[int]]] = []
+        for shape, first in self.shapes:
+            ranks = shape.ranks
+            n = len(shape)
+            if ranks[first] == ranks[-1] and len(set(ranks[first:])) == 1:
+                out.append((ranks[first], shape, list(range(first, n))))
+                continue
+            groups: dict[str | None, list[int]] = {}
+            for i in range(first, n):
+                r = ranks[i]
+                g = groups.get(r)
+                if g is None:
+                    groups[r] = [i]
+                else:
+                    g.append(i)
+            out.extend((r, shape, g) for r, g in groups.items())
+        return out
 
 
 class _Base:
@@ -190,6 +363,10 @@ class _Base:
     def interests(self) -> tuple[re.Pattern[bytes], ...]:
         return (self.reader.interest,)
 
+    @property
+    def prepass(self) -> ProgressReader | None:
+        return self.reader.prepass
+
     def replay_floor(self, handle: int) -> tuple[int, int] | None:
         return None
 
@@ -208,6 +385,20 @@ class _Base:
             del self._resume[key]
         self._done_to[key] = offset
         return True
+
+    def _floor(self, chunk: Chunk) -> int | None:
+        """Chunk positions at or below this were counted before a restart (None: none)."""
+        floor = self._resume.get(chunk.stream.info.key)
+        return None if floor is None else floor - chunk.base
+
+    def _counted(self, chunk: Chunk, last_start: int) -> None:
+        """The chunk's lines up to the one starting at ``last_start`` (-1: none) are counted:
+        what ``_fresh_at`` does for each line it accepts, once for the chunk."""
+        if last_start < 0:
+            return
+        key = chunk.stream.info.key
+        self._resume.pop(key, None)
+        self._done_to[key] = chunk.base + last_start
 
     def _offsets_state(self) -> dict[str, int]:
         return dict(self._done_to)
@@ -231,16 +422,29 @@ class _Base:
             key=key, facts=tuple(facts), owner=OWNER_OF.get(signature, "unknown"))
 
 
-def _line_maker(info: StreamInfo, line: ChunkLine, part: Part) -> Callable[[], LogLine]:
-    return lambda: LogLine(info, line.offset, line.lineno, part.text, part.rank)
+def _bulk_line(chunk: Chunk, rec: ProgressRecord) -> Callable[[], LogLine]:
+    """Builds the ``LogLine`` of a prepass record when a detection needs it."""
+    return partial(_log_line, chunk, rec[R_START], rec[R_PART])
 
 
-def _series_key(info: StreamInfo, line: LogLine, kind: str) -> str:
-    return f"{info.key}\x1f{line.rank or '-'}\x1f{kind}"
+def _part_line(info: StreamInfo, line: ChunkLine, part: Part) -> Callable[[], LogLine]:
+    """Builds the ``LogLine`` of one part of a selected line when a detection needs it."""
+    return partial(LogLine, info, line.offset, line.lineno, part.text, part.rank)
+
+
+def _log_line(chunk: Chunk, start: int, part: int) -> LogLine:
+    """The ``LogLine`` of one part of any line of the chunk (for a detection)."""
+    line = chunk.line_at(start)
+    p = chunk.parts(line)[part]
+    return LogLine(chunk.stream.info, line.offset, line.lineno, p.text, p.rank)
 
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
+
+
+def _fmt_scale(x: float) -> str:
+    return f"{x:.6g}"  # a loss scale: 65536, not 6.554e+04
 
 
 # -- step time -----------------------------------------------------------------------------------
@@ -299,8 +503,17 @@ class _StepSeries:
         """(median, robust scale) of the baseline, recomputed every few appends (it moves
         slowly; a full median and MAD of 200 values on every line would cost ~60 us)."""
         if self.stats is None or self.stale >= refresh_every:
-            med = statistics.median(self.baseline)
-            mad = statistics.median(abs(v - med) for v in self.baseline)
+            # statistics.median twice, with one sort: the distances to the median of the
+            # values below it and of those above it are two sorted runs (merged in one pass).
+            vals = sorted(self.baseline)
+            n = len(vals)
+            h = n // 2
+            med = vals[h] if n % 2 else (vals[h - 1] + vals[h]) / 2
+            k = bisect_left(vals, med)
+            devs = [med - v for v in vals[k - 1::-1]] if k else []
+            devs += [v - med for v in vals[k:]]
+            devs.sort()
+            mad = devs[h] if n % 2 else (devs[h - 1] + devs[h]) / 2
             self.stats = (med, max(1.4826 * mad, 0.01 * med, 1e-12))
             self.stale = 0
         return self.stats
@@ -313,6 +526,19 @@ class _StepSeries:
         return {"metric": self.metric, "baseline": list(self.baseline), "seen": self.seen,
                 "run": self.run, "run_step": self.run_step, "regressed": self.regressed,
                 "hot_since_alert": self.hot_since_alert, "cool": self.cool}
+
+
+@dataclass(frozen=True, slots=True)
+class _Fired:
+    """What a regression reports of its series, taken when it fired."""
+
+    metric: str
+    run_len: int
+    run_step: int | None
+
+    @classmethod
+    def of(cls, s: _StepSeries) -> _Fired:
+        return cls(s.metric, len(s.run), s.run_step)
 
 
 @dataclass(slots=True)
@@ -363,7 +589,136 @@ class _Evidence:
         return cls(bool(gfx), bool(mi), bool(mio), {str(v) for v in rocm})
 
 
-class StepTimeDetector(_Base):
+def _made(make: Callable[[], LogLine], rec: ProgressRecord) -> tuple[LogLine, Progress]:
+    return make(), progress_of(rec)
+
+
+def _tally(counts: dict[str, list[Any]], kind: str, n: int, step_time: float | None,
+           st_pos: int, throughput: float | None, tp_pos: int) -> None:
+    """Add ``n`` records of ``kind`` to the chunk's progress metrics: their number, and the
+    last step time and throughput of the chunk (the ones at the highest position)."""
+    seen = counts.get(kind)
+    if seen is None:
+        seen = counts[kind] = [0, None, -1, None, -1]
+    seen[0] += n
+    if step_time is not None and st_pos > seen[2]:
+        seen[1], seen[2] = step_time, st_pos
+    if throughput is not None and tp_pos > seen[4]:
+        seen[3], seen[4] = throughput, tp_pos
+
+
+class _Trend(_Base):
+    """A sustained rise of a figure over its own rolling median (robust z-score and ratio),
+    per series: what step-time regressions and diverging losses have in common."""
+
+    refresh = 16  # baseline statistics recomputed every this many samples
+
+    def __init__(self, clock: Clock, reader: ProgressReader | None, host: str,
+                 metrics: SelfMetrics | None, status: str, *, window: int, warmup: int,
+                 min_baseline: int, z: float, ratio: float, sustain: int,
+                 rebaseline: int) -> None:
+        super().__init__(clock, reader, host, metrics, status)
+        self.window = window
+        self.warmup = warmup
+        self.min_baseline = min_baseline
+        self.z = z
+        self.ratio = ratio
+        self.sustain = sustain
+        self.rebaseline = rebaseline
+        self._series: OrderedDict[str, _StepSeries] = OrderedDict()
+
+    def _update(self, s: _StepSeries, x: float, step: int | None) -> tuple[float, float] | None:
+        s.seen += 1
+        if s.seen <= self.warmup:
+            return None
+        if len(s.baseline) < self.min_baseline:
+            s.keep(x)
+            return None
+        med, scale = s.robust(self.refresh)
+        hot = (x - med) / scale > self.z and x > self.ratio * med
+        if s.regressed:
+            if hot:
+                s.cool = 0
+                s.hot_since_alert += 1
+                s.run.append(x)
+                del s.run[:-self.window]
+                if s.hot_since_alert >= self.rebaseline:  # the new level is the new normal
+                    s.baseline = deque(s.run[-self.window:], maxlen=self.window)
+                    s.regressed, s.run, s.hot_since_alert, s.stats = False, [], 0, None
+            else:
+                s.cool += 1
+                s.keep(x)
+                if s.cool >= self.sustain:  # back to normal: a later slowdown alerts again
+                    s.regressed, s.run, s.hot_since_alert, s.cool = False, [], 0, 0
+            return None
+        if not hot:
+            s.run.clear()
+            s.run_step = None
+            s.keep(x)
+            return None
+        if not s.run:
+            s.run_step = step
+        s.run.append(x)
+        if len(s.run) < self.sustain:
+            return None
+        s.regressed = True
+        s.hot_since_alert = 0
+        return statistics.median(s.baseline), statistics.median(s.run)
+
+    def _update_many(self, s: _StepSeries, xs: list[float], step_of: Callable[[int], int | None],
+                     ) -> list[tuple[int, float, float, _Fired]]:
+        """``_update`` for each of ``xs`` in order; (index, before, after) of each that fired.
+
+        A stretch of ordinary samples (not hot, nothing open) is taken in one block up to the
+        next baseline refresh: each is counted and kept, exactly as ``_update`` would; a hot
+        sample, an open run and a regression go through ``_update`` itself.
+        """
+        fired: list[tuple[int, float, float, _Fired]] = []
+        n = len(xs)
+        i = 0
+        warmup, min_baseline, z, ratio = self.warmup, self.min_baseline, self.z, self.ratio
+        while i < n:
+            if s.seen < warmup:
+                take = min(warmup - s.seen, n - i)
+                s.seen += take
+                i += take
+                continue
+            if len(s.baseline) < min_baseline:
+                take = min(min_baseline - len(s.baseline), n - i)
+                s.seen += take
+                s.baseline.extend(xs[i:i + take])
+                s.stale += take
+                i += take
+                continue
+            if s.regressed or s.run:
+                got = self._update(s, xs[i], step_of(i))
+                if got is not None:
+                    fired.append((i, got[0], got[1], _Fired.of(s)))
+                i += 1
+                continue
+            med, scale = s.robust(self.refresh)
+            end = min(n, i + max(self.refresh - s.stale, 1))
+            j = i
+            while j < end:
+                x = xs[j]
+                if (x - med) / scale > z and x > ratio * med:
+                    break
+                j += 1
+            if j > i:  # not hot: counted, kept, the (empty) run cleared
+                s.seen += j - i
+                s.baseline.extend(xs[i:j])
+                s.stale += j - i
+                s.run_step = None
+                i = j
+            if j < end:
+                got = self._update(s, xs[j], step_of(j))
+                if got is not None:
+                    fired.append((j, got[0], got[1], _Fired.of(s)))
+                i = j + 1
+        return fired
+
+
+class StepTimeDetector(_Trend):
     """``step_time_regression``: a sustained rise of step time over its own rolling median."""
 
     name = "step_time"
@@ -384,15 +739,9 @@ class StepTimeDetector(_Base):
         status: str = "stable",
         metrics: SelfMetrics | None = None,
     ) -> None:
-        super().__init__(clock, reader, host, metrics, status)
-        self.window = window
-        self.warmup = warmup
-        self.min_baseline = min_baseline
-        self.z = z
-        self.ratio = ratio
-        self.sustain = sustain
-        self.rebaseline = rebaseline
-        self._series: OrderedDict[str, _StepSeries] = OrderedDict()
+        super().__init__(clock, reader, host, metrics, status, window=window, warmup=warmup,
+                         min_baseline=min_baseline, z=z, ratio=ratio, sustain=sustain,
+                         rebaseline=rebaseline)
         self._evidence: dict[str, _Evidence] = {}
         self._interest = re.compile(self.reader.interest.pattern + b"|" + _PLATFORM_INTEREST)
         self._interests = (self.reader.interest, _PLATFORM_INTEREST_RE)
@@ -432,38 +781,195 @@ class StepTimeDetector(_Base):
         if fired is None or event.replaying:
             return ()
         series, before, after = fired
-        return (self._regression(info, line, progress, series, before, after),)
+        return (self._regression(info, line, progress, _Fired.of(series), before, after),)
 
     def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        """As ``on_line`` for each delivered part, in order, with the prepass's records taken
+        per series in blocks (``_update_many``)."""
         info = chunk.stream.info
         key = info.key
-        out: list[Detection] = []
-        counts: dict[str, list[Any]] = {}
         reader = self.reader
-        replay_below = chunk.replay_below
+        floor = self._floor(chunk)
+        data = chunk.data
         # Platform words anywhere in the chunk? If not, only a matched line can add evidence.
         # (Removing ANSI codes or NULs can join a word: then every line is looked at.)
-        data = chunk.data
         platform = (_PLATFORM_WORDS_RE.search(data) is not None or b"\x1b" in data
                     or b"\x00" in data)
+        evidence: list[tuple[int, str, tuple[Match, ...]]] = []  # (pos, text, matches)
+        fallback: list[tuple[ProgressRecord, ChunkLine, Part]] = []
+        last = -1
         for line, k, part in _delivered(chunk, mask):
-            if not self._fresh_at(key, line.offset):
+            if floor is not None and line.start <= floor:
                 continue
-            text = part.text
+            last = line.start
             if platform or line.matches:
-                self._note_platform(key, text, line.matches.get(k, ()))
-            progress = reader.read_part(chunk, line, k, text)
-            if progress is None or progress.eval or progress.overflow:
+                evidence.append((_pos(line.start, k), part.text, line.matches.get(k, ())))
+            if line.covered:
+                continue  # its progress is in the prepass's records
+            rec = reader.record_part(chunk, line, k, part.text, part.rank)
+            if rec is None or rec[R_FLAGS] & (F_EVAL | F_OVERFLOW) or rec[R_COST] is None:
                 continue
-            fired = self._sample(info, part.rank, progress, counts)
-            if fired is None or line.offset < replay_below:
-                continue
-            series, before, after = fired
-            out.append(self._regression(
-                info, LogLine(info, line.offset, line.lineno, text, part.rank), progress,
-                series, before, after))
+            fallback.append((rec, line, part))
+        fresh = _Fresh.of(reader.bulk_of(chunk), floor)
+        self._counted(chunk, max(last, fresh.last_line))
+        # series -> its records: bulk (shape, indices) and per-line ones
+        groups: dict[tuple[str | None, str], tuple[list[tuple[Shape, list[int]]],
+                                                  list[tuple[ProgressRecord, ChunkLine, Part]]]]
+        groups = {}
+        for rank, shape, all_idx in fresh.by_rank():
+            times = shape.step_times
+            idx = [i for i in all_idx if (t := times[i]) is not None and t > 0]
+            if idx:
+                groups.setdefault((rank, shape.kind), ([], []))[0].append((shape, idx))
+        for item in fallback:
+            rec = item[0]
+            groups.setdefault((rec[R_RANK], rec[R_KIND]), ([], []))[1].append(item)
+        if not groups:
+            reader.chunk_done(chunk)
+            return self._evidence_only(key, evidence)
+        prefix = f"{info.key}\x1f"
+        new = sum(1 for rank, kind in groups
+                  if f"{prefix}{rank or '-'}\x1f{kind}" not in self._series)
+        if len(self._series) + new > MAX_SERIES:
+            return self._chunk_in_order(chunk, groups, evidence)  # eviction order matters
+        fired: list[tuple[int, _StepSeries, float, float, Callable[[], tuple[LogLine,
+                                                                           Progress]]]] = []
+        touched: list[tuple[int, str]] = []
+        counts: dict[str, list[Any]] = {}
+        for (rank, kind), (blocks, lines) in groups.items():
+            skey = f"{prefix}{rank or '-'}\x1f{kind}"
+            if lines or len(blocks) > 1:
+                last_pos = self._series_in_order(chunk, skey, blocks, lines, fired, counts)
+            else:
+                shape, idx = blocks[0]
+                last_pos = self._series_block(chunk, skey, shape, idx, fired, counts)
+            touched.append((last_pos, skey))
+        for _last, skey in sorted(touched):
+            self._series.move_to_end(skey)
         self._count(info, counts)
+        out = self._fire(chunk, evidence, fired)
         reader.chunk_done(chunk)
+        return out
+
+    def _series_block(self, chunk: Chunk, skey: str, shape: Shape, idx: list[int],
+                      fired: list[Any], counts: dict[str, list[Any]]) -> int:
+        """One series read only by the prepass: its costs in one block."""
+        times = shape.step_times
+        xs = [t for i in idx if (t := times[i]) is not None]  # all of them: idx has costs
+        series = self._series.get(skey)
+        if series is None or series.metric != "step_time":
+            series = _StepSeries("step_time", deque(maxlen=self.window))
+            self._series[skey] = series
+        steps = shape.steps
+        for j, before, after, state in self._update_many(series, xs, lambda j: steps[idx[j]]):
+            i = idx[j]
+            start, part = shape.key(i)
+
+            def made(i: int = i, start: int = start, part: int = part,
+                     ) -> tuple[LogLine, Progress]:
+                return _log_line(chunk, start, part), progress_of(shape.record(i))
+
+            fired.append((_pos(start, part), state, before, after, made))
+        last_pos = _pos(*shape.key(idx[-1]))
+        _tally(counts, shape.kind, len(idx), times[idx[-1]], last_pos, None, -1)
+        return last_pos
+
+    def _series_in_order(self, chunk: Chunk, skey: str, blocks: list[tuple[Shape, list[int]]],
+                         lines: list[tuple[ProgressRecord, ChunkLine, Part]], fired: list[Any],
+                         counts: dict[str, list[Any]]) -> int:
+        """One series with records read line by line too: the records in line order, the
+        prepass's between two per-line ones as one block."""
+        info = chunk.stream.info
+        last = -1
+        for run_shape, what in _interleave(blocks, lines, _start_of_line_item):
+            if run_shape is not None:
+                shape, run = run_shape, cast("list[int]", what)
+                series = self._series.get(skey)
+                if series is None or series.metric != "step_time":
+                    series = _StepSeries("step_time", deque(maxlen=self.window))
+                    self._series[skey] = series
+                times = shape.step_times
+                xs = [t for i in run if (t := times[i]) is not None]
+                for j, before, after, state in self._update_many(
+                        series, xs, partial(_step_at, shape.steps, run)):
+                    i = run[j]
+                    fired.append((_pos(*shape.key(i)), state, before, after,
+                                  partial(_made, _bulk_line(chunk, shape.record(i)),
+                                          shape.record(i))))
+                last = _pos(*shape.key(run[-1]))
+                _tally(counts, shape.kind, len(run), xs[-1], last, None, -1)
+                continue
+            rec, line, part = what
+            pos = _pos(line.start, rec[R_PART])
+            _tally(counts, rec[R_KIND], 1, rec[R_STEP_TIME], pos, rec[R_THROUGHPUT], pos)
+            metric = "step_time" if rec[R_STEP_TIME] else "throughput"
+            series = self._series.get(skey)
+            if series is None or series.metric != metric:
+                series = _StepSeries(metric, deque(maxlen=self.window))
+                self._series[skey] = series
+            cost = rec[R_COST]
+            assert cost is not None
+            got = self._update(series, cost, rec[R_STEP])
+            if got is not None:
+                fired.append((pos, _Fired.of(series), got[0], got[1],
+                              partial(_made, _part_line(info, line, part), rec)))
+            last = pos
+        return last
+
+    def _chunk_in_order(self, chunk: Chunk, groups: dict[Any, Any],
+                        evidence: list[tuple[int, str, tuple[Match, ...]]]) -> list[Detection]:
+        """Every record of the chunk in line order, one at a time (when new series would evict
+        old ones: which ones depends on the order)."""
+        info = chunk.stream.info
+        items: list[tuple[int, ProgressRecord, Callable[[], LogLine]]] = []
+        for blocks, lines in groups.values():
+            for shape, idx in blocks:
+                for i in idx:
+                    rec = shape.record(i)
+                    items.append((_pos(rec[R_START], rec[R_PART]), rec,
+                                  _bulk_line(chunk, rec)))
+            for rec, line, part in lines:
+                items.append((_pos(line.start, rec[R_PART]), rec,
+                              _part_line(info, line, part)))
+        items.sort(key=itemgetter(0))
+        counts: dict[str, list[Any]] = {}
+        fired: list[Any] = []
+        for pos, rec, make in items:
+            got = self._sample(info, rec[R_RANK], progress_of(rec), counts)
+            if got is not None:
+                series, before, after = got
+                fired.append((pos, _Fired.of(series), before, after,
+                              lambda make=make, rec=rec: (make(), progress_of(rec))))
+        self._count(info, counts)
+        out = self._fire(chunk, evidence, fired)
+        self.reader.chunk_done(chunk)
+        return out
+
+    def _evidence_only(self, key: str,
+                       evidence: list[tuple[int, str, tuple[Match, ...]]]) -> list[Detection]:
+        for _at, text, matches in evidence:
+            self._note_platform(key, text, matches)
+        return []
+
+    def _fire(self, chunk: Chunk, evidence: list[tuple[int, str, tuple[Match, ...]]],
+              fired: list[Any]) -> list[Detection]:
+        """Platform evidence and regressions in line order: a regression names the evidence
+        of the lines before it (as ``on_line`` would)."""
+        key = chunk.stream.info.key
+        out: list[Detection] = []
+        e = 0
+        replay_below = chunk.replay_below - chunk.base
+        for pos, series, before, after, made in sorted(fired, key=itemgetter(0)):
+            while e < len(evidence) and evidence[e][0] <= pos:
+                self._note_platform(key, evidence[e][1], evidence[e][2])
+                e += 1
+            if (pos >> _PART_BITS) < replay_below:
+                continue
+            line, progress = made()
+            out.append(self._regression(chunk.stream.info, line, progress, series, before,
+                                        after))
+        for _at, text, matches in evidence[e:]:
+            self._note_platform(key, text, matches)
         return out
 
     def _sample(self, info: StreamInfo, rank: str | None, progress: Progress,
@@ -477,12 +983,12 @@ class StepTimeDetector(_Base):
         if self.metrics is not None:
             seen = counts.get(progress.kind)
             if seen is None:
-                seen = counts[progress.kind] = [0, None, None]
-            seen[0] += 1
+                seen = counts[progress.kind] = [0, None, -1, None, -1]
+            seen[0] += 1  # records come in line order here: the last value is the last one's
             if progress.step_time is not None:
                 seen[1] = progress.step_time
             if progress.throughput is not None:
-                seen[2] = progress.throughput
+                seen[3] = progress.throughput
         key = f"{info.key}\x1f{rank or '-'}\x1f{progress.kind}"
         series = self._series.get(key)
         if series is None or series.metric != metric:
@@ -501,50 +1007,12 @@ class StepTimeDetector(_Base):
         metrics = self.metrics
         if metrics is None:
             return
-        for kind, (n, step_time, throughput) in counts.items():
+        for kind, (n, step_time, _st_pos, throughput, _tp_pos) in counts.items():
             metrics.progress_lines.labels(info.source, kind).inc(n)
             if step_time is not None:
                 metrics.step_seconds.labels(info.source, kind).set(step_time)
             if throughput is not None:
                 metrics.throughput.labels(info.source, kind).set(throughput)
-
-    def _update(self, s: _StepSeries, x: float, step: int | None) -> tuple[float, float] | None:
-        s.seen += 1
-        if s.seen <= self.warmup:
-            return None
-        if len(s.baseline) < self.min_baseline:
-            s.keep(x)
-            return None
-        med, scale = s.robust(16)
-        hot = (x - med) / scale > self.z and x > self.ratio * med
-        if s.regressed:
-            if hot:
-                s.cool = 0
-                s.hot_since_alert += 1
-                s.run.append(x)
-                del s.run[:-self.window]
-                if s.hot_since_alert >= self.rebaseline:  # the new level is the new normal
-                    s.baseline = deque(s.run[-self.window:], maxlen=self.window)
-                    s.regressed, s.run, s.hot_since_alert, s.stats = False, [], 0, None
-            else:
-                s.cool += 1
-                s.keep(x)
-                if s.cool >= self.sustain:  # back to normal: a later slowdown alerts again
-                    s.regressed, s.run, s.hot_since_alert, s.cool = False, [], 0, 0
-            return None
-        if not hot:
-            s.run.clear()
-            s.run_step = None
-            s.keep(x)
-            return None
-        if not s.run:
-            s.run_step = step
-        s.run.append(x)
-        if len(s.run) < self.sustain:
-            return None
-        s.regressed = True
-        s.hot_since_alert = 0
-        return statistics.median(s.baseline), statistics.median(s.run)
 
     def _note_platform(self, key: str, text: str, matches: Sequence[Match]) -> None:
         ev = self._evidence.get(key)
@@ -557,19 +1025,19 @@ class StepTimeDetector(_Base):
                 ev.add(m)
 
     def _regression(self, info: StreamInfo, line: LogLine, progress: Progress,
-                    series: _StepSeries, before: float, after: float) -> Detection:
+                    series: _Fired, before: float, after: float) -> Detection:
         ratio = after / before if before > 0 else math.inf
         facts: list[tuple[str, str]] = [("series", progress.kind), ("ratio", f"{ratio:.2f}"),
-                                        ("sustained_steps", str(len(series.run)))]
+                                        ("sustained_steps", str(series.run_len))]
         if series.metric == "step_time":
             facts += [("before_step_seconds", _fmt(before)), ("after_step_seconds", _fmt(after))]
             about = (f"step time {_fmt(before)} s -> {_fmt(after)} s ({ratio:.1f}x) for "
-                     f"{len(series.run)} progress lines")
+                     f"{series.run_len} progress lines")
         else:
             facts += [("before_throughput", _fmt(1 / before)),
                       ("after_throughput", _fmt(1 / after))]
             about = (f"throughput {_fmt(1 / before)} -> {_fmt(1 / after)} per second "
-                     f"({ratio:.1f}x slower) for {len(series.run)} progress lines")
+                     f"({ratio:.1f}x slower) for {series.run_len} progress lines")
         if series.run_step is not None:
             facts.append(("since_step", str(series.run_step)))
         if progress.step is not None:
@@ -621,6 +1089,329 @@ class StepTimeDetector(_Base):
                           for k, v in dict(state.get("evidence", {})).items()}
 
 
+# -- loss trend ----------------------------------------------------------------------------------
+
+_DIVERGED_REMEDIATION = Remediation(
+    summary="The training loss doubled over its recent level and stayed there: the run "
+            "diverged (a learning-rate spike, bad data, an optimizer state gone wrong) and "
+            "further steps are likely wasted.",
+    steps=(
+        "Stop the run or roll back to the last checkpoint from before the jump.",
+        ("Look at what changed at that step: learning-rate schedule (warm-up end, restart), "
+         "a new data shard, a resumed optimizer state."),
+        "Lower the learning rate or enable gradient clipping before resuming.",
+    ),
+    action="fix_job_config",
+)
+
+
+class LossTrendDetector(_Trend):
+    """``training_loss_diverged``: the loss at least doubled over its own rolling median and
+    stayed there for ``sustain`` progress lines in a row (a single spike, noise around a
+    falling loss, and the early fall of the loss raise nothing).
+
+    One series per stream, rank and progress shape (a Megatron line's loss and a tqdm bar's
+    are different figures); the same rolling median, robust z-score and sustain rule as the
+    step time (``_Trend``), with ``ratio`` 2: hot means at least twice the median and far
+    outside its spread. After ``rebaseline`` hot lines the new level is the new normal.
+    """
+
+    name = "loss_trend"
+    refresh = 50  # a loss baseline moves slowly: its median is recomputed every 50 lines
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        reader: ProgressReader | None = None,
+        window: int = 100,
+        warmup: int = 20,
+        min_baseline: int = 30,
+        z: float = 3.5,
+        ratio: float = 2.0,
+        sustain: int = 8,
+        rebaseline: int = 100,
+        host: str = "",
+        status: str = "stable",
+        metrics: SelfMetrics | None = None,
+    ) -> None:
+        super().__init__(clock, reader, host, metrics, status, window=window, warmup=warmup,
+                         min_baseline=min_baseline, z=z, ratio=ratio, sustain=sustain,
+                         rebaseline=rebaseline)
+        self._steps: dict[str, int] = {}  # series -> the last step it printed
+
+    def on_open(self, stream: StreamContext) -> None:
+        return None
+
+    def on_close(self, stream: StreamContext, *, clean: bool) -> Sequence[Detection]:
+        return ()
+
+    def tick(self, now: float) -> Sequence[Detection]:
+        return ()
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    def _series_of(self, skey: str, step: int | None = None) -> _StepSeries:
+        """The series of ``skey``; started afresh when ``step`` goes back (a restarted or
+        another run printing in the same stream: its losses are not this one's)."""
+        series = self._series.get(skey)
+        last = self._steps.get(skey)
+        if series is None or (step is not None and last is not None and step < last):
+            series = self._series[skey] = _StepSeries("loss", deque(maxlen=self.window))
+            while len(self._series) > MAX_SERIES:
+                gone, _s = self._series.popitem(last=False)
+                self._steps.pop(gone, None)
+        if step is not None:
+            self._steps[skey] = step
+        self._series.move_to_end(skey)
+        return series
+
+    def on_line(self, event: LineEvent) -> Sequence[Detection]:
+        line = event.line
+        info = event.stream.info
+        if not self._fresh(event):
+            return ()
+        progress = self.reader.read(line)
+        loss = _loss_of(progress)
+        if progress is None or loss is None:
+            return ()
+        series = self._series_of(f"{info.key}\x1f{line.rank or '-'}\x1f{progress.kind}",
+                                 progress.step)
+        got = self._update(series, loss, progress.step)
+        if got is None or event.replaying:
+            return ()
+        return (self._diverged(info, line, progress, _Fired.of(series), got[0], got[1]),)
+
+    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        """As ``on_line`` for each delivered part, in order; a series read only by the
+        prepass in blocks (``_update_many``)."""
+        info = chunk.stream.info
+        reader = self.reader
+        floor = self._floor(chunk)
+        lines: list[tuple[int, ProgressRecord, ChunkLine, Part]] = []
+        last = -1
+        for line, k, part in _delivered(chunk, mask):
+            if floor is not None and line.start <= floor:
+                continue
+            last = line.start
+            if line.covered:
+                continue
+            rec = reader.record_part(chunk, line, k, part.text, part.rank)
+            if rec is not None and _record_loss(rec) is not None:
+                lines.append((_pos(line.start, k), rec, line, part))
+        fresh = _Fresh.of(reader.bulk_of(chunk), floor)
+        self._counted(chunk, max(last, fresh.last_line))
+        reader.chunk_done(chunk)
+        groups: dict[tuple[str | None, str], tuple[list[tuple[Shape, list[int]]],
+                                                  list[tuple[int, ProgressRecord, ChunkLine,
+                                                             Part]]]] = {}
+        for rank, shape, all_idx in fresh.by_rank():
+            losses = shape.losses
+            idx = [i for i in all_idx if losses[i] is not None]
+            if idx:
+                groups.setdefault((rank, shape.kind), ([], []))[0].append((shape, idx))
+        for item in lines:
+            rec = item[1]
+            groups.setdefault((rec[R_RANK], rec[R_KIND]), ([], []))[1].append(item)
+        if not groups:
+            return []
+        prefix = f"{info.key}\x1f"
+        new = sum(1 for rank, kind in groups
+                  if f"{prefix}{rank or '-'}\x1f{kind}" not in self._series)
+        in_order = len(self._series) + new > MAX_SERIES  # eviction order: line by line
+        items: list[tuple[int, str, float, int | None, Callable[[], tuple[LogLine,
+                                                                        Progress]]]] = []
+        fired: list[tuple[int, _Fired, float, float, Callable[[], tuple[LogLine,
+                                                                       Progress]]]] = []
+        touched: list[tuple[int, str]] = []
+        for (rank, kind), (blocks, recs) in groups.items():
+            skey = f"{prefix}{rank or '-'}\x1f{kind}"
+            if not recs and len(blocks) == 1 and not in_order:
+                shape, idx = blocks[0]
+                losses, steps = shape.losses, shape.steps
+                for seg in _runs(steps, idx, self._steps.get(skey)):  # split where steps go back
+                    xs = [x for i in seg if (x := losses[i]) is not None]
+                    series = self._series_of(skey, steps[seg[0]])
+                    for j, before, after, state in self._update_many(
+                            series, xs, partial(_step_at, steps, seg)):
+                        i = seg[j]
+                        fired.append((_pos(*shape.key(i)), state, before, after,
+                                      partial(_made, _bulk_line(chunk, shape.record(i)),
+                                              shape.record(i))))
+                    last_step = next((st for i in reversed(seg)
+                                      if (st := steps[i]) is not None), None)
+                    if last_step is not None:
+                        self._steps[skey] = last_step
+                touched.append((_pos(*shape.key(idx[-1])), skey))
+                continue
+            if in_order:  # every record of the chunk in line order (eviction order)
+                for shape, idx in blocks:
+                    for i in idx:
+                        rec = shape.record(i)
+                        loss = rec[R_LOSS]
+                        assert loss is not None
+                        items.append((_pos(rec[R_START], rec[R_PART]), skey, loss,
+                                      rec[R_STEP], partial(_made, _bulk_line(chunk, rec),
+                                                           rec)))
+                for pos, rec, line, part in recs:
+                    loss = rec[R_LOSS]
+                    assert loss is not None
+                    items.append((pos, skey, loss, rec[R_STEP],
+                                  partial(_made, _part_line(info, line, part), rec)))
+                continue
+            last_pos = -1
+            for run_shape, what in _interleave(blocks, recs, _start_of_item):
+                if run_shape is not None:  # a run of prepass records
+                    shape, run = run_shape, cast("list[int]", what)
+                    losses, steps = shape.losses, shape.steps
+                    for part_seg in _runs(steps, run, self._steps.get(skey)):
+                        xs = [x for i in part_seg if (x := losses[i]) is not None]
+                        series = self._series_of(skey, steps[part_seg[0]])
+                        for j, before, after, state in self._update_many(
+                                series, xs, partial(_step_at, steps, part_seg)):
+                            i = part_seg[j]
+                            fired.append((_pos(*shape.key(i)), state, before, after,
+                                          partial(_made, _bulk_line(chunk, shape.record(i)),
+                                                  shape.record(i))))
+                        last_step = next((st for i in reversed(part_seg)
+                                          if (st := steps[i]) is not None), None)
+                        if last_step is not None:
+                            self._steps[skey] = last_step
+                    last_pos = _pos(*shape.key(run[-1]))
+                    continue
+                pos, rec, line, part = what
+                loss = rec[R_LOSS]
+                assert loss is not None
+                series = self._series_of(skey, rec[R_STEP])
+                got = self._update(series, loss, rec[R_STEP])
+                if got is not None:
+                    fired.append((pos, _Fired.of(series), got[0], got[1],
+                                  partial(_made, _part_line(info, line, part), rec)))
+                last_pos = pos
+            touched.append((last_pos, skey))
+        items.sort(key=itemgetter(0))
+        for pos, skey, loss, step, made in items:
+            series = self._series_of(skey, step)
+            got = self._update(series, loss, step)
+            if got is not None:
+                fired.append((pos, _Fired.of(series), got[0], got[1], made))
+            touched.append((pos, skey))
+        for _at, skey in sorted(touched):
+            if skey in self._series:
+                self._series.move_to_end(skey)
+        out: list[Detection] = []
+        replay_below = chunk.replay_below - chunk.base
+        for pos, state, before, after, made in sorted(fired, key=itemgetter(0)):
+            if (pos >> _PART_BITS) < replay_below:
+                continue
+            log_line, progress = made()
+            out.append(self._diverged(info, log_line, progress, state, before, after))
+        return out
+
+    def _diverged(self, info: StreamInfo, line: LogLine, progress: Progress, series: _Fired,
+                  before: float, after: float) -> Detection:
+        ratio = after / before if before > 0 else math.inf
+        facts: list[tuple[str, str]] = [
+            ("series", progress.kind), ("before_loss", _fmt(before)), ("after_loss", _fmt(after)),
+            ("ratio", f"{ratio:.2f}"), ("sustained_lines", str(series.run_len))]
+        if series.run_step is not None:
+            facts.append(("since_step", str(series.run_step)))
+        if progress.step is not None:
+            facts.append(("step", str(progress.step)))
+        since = f" from step {series.run_step}" if series.run_step is not None else ""
+        return self._detection(
+            info, line, signature="training_loss_diverged",
+            title="Training Loss Doubled And Stayed Up", severity=Severity.WARNING,
+            remediation=_DIVERGED_REMEDIATION, facts=facts,
+            about=(f"loss {_fmt(before)} -> {_fmt(after)} ({ratio:.1f}x){since}, for "
+                   f"{series.run_len} progress lines"))
+
+    def snapshot(self) -> object:
+        return {"version": 1, "offsets": self._offsets_state(),
+                "series": {k: s.to_json() for k, s in self._series.items()},
+                "steps": dict(self._steps)}
+
+    def restore(self, state: object) -> None:
+        if not isinstance(state, dict) or state.get("version") != 1:
+            return
+        self._restore_offsets(state)
+        self._series.clear()
+        for key, raw in dict(state.get("series", {})).items():
+            self._series[str(key)] = _StepSeries(
+                str(raw["metric"]), deque((float(v) for v in raw["baseline"]),
+                                          maxlen=self.window),
+                seen=int(raw["seen"]), run=[float(v) for v in raw["run"]],
+                run_step=raw.get("run_step"), regressed=bool(raw["regressed"]),
+                hot_since_alert=int(raw["hot_since_alert"]), cool=int(raw["cool"]))
+        self._steps = {str(k): int(v) for k, v in dict(state.get("steps", {})).items()}
+
+
+def _start_of_item(item: tuple[int, ProgressRecord, ChunkLine, Part]) -> int:
+    return item[2].start
+
+
+def _start_of_line_item(item: tuple[ProgressRecord, ChunkLine, Part]) -> int:
+    return item[1].start
+
+
+def _record_loss(rec: ProgressRecord) -> float | None:
+    """``_loss_of`` for a record."""
+    loss = rec[R_LOSS]
+    if rec[R_FLAGS] & (F_EVAL | F_OVERFLOW) or loss is None or not math.isfinite(loss):
+        return None
+    return loss
+
+
+def _loss_of(progress: Progress | None) -> float | None:
+    """The finite training loss a progress record holds (not an evaluation bar, not an
+    overflow line), or None."""
+    if progress is None or progress.eval or progress.overflow or progress.loss is None:
+        return None
+    return progress.loss if math.isfinite(progress.loss) else None
+
+
+def _interleave(blocks: list[tuple[Shape, list[int]]], others: list[Any],
+                start_of: Callable[[Any], int]) -> list[tuple[Shape | None, Any]]:
+    """The prepass records of one series (one shape: a series is of one kind) and its other
+    records in line order, as (shape, slice of its indices) runs and (None, record) items."""
+    if not blocks:
+        return [(None, o) for o in sorted(others, key=start_of)]
+    (shape, idx), = blocks  # one kind, one shape
+    starts = shape.starts
+    out: list[tuple[Shape | None, Any]] = []
+    b = 0
+    for o in sorted(others, key=start_of):
+        upto = bisect_left(idx, start_of(o), lo=b, key=starts.__getitem__)
+        if upto > b:
+            out.append((shape, idx[b:upto]))
+            b = upto
+        out.append((None, o))
+    if b < len(idx):
+        out.append((shape, idx[b:]))
+    return out
+
+
+def _step_at(steps: list[int | None], idx: list[int], j: int) -> int | None:
+    return steps[idx[j]]
+
+
+def _runs(steps: list[int | None], idx: list[int], last: int | None) -> list[list[int]]:
+    """``idx`` cut where the step goes back (below ``last`` or the step before)."""
+    out: list[list[int]] = []
+    begin = 0
+    for j, i in enumerate(idx):
+        step = steps[i]
+        if step is None:
+            continue
+        if last is not None and step < last and j > begin:
+            out.append(idx[begin:j])
+            begin = j
+        last = step
+    out.append(idx[begin:])
+    return out
+
+
 # -- stalls --------------------------------------------------------------------------------------
 
 _END_INTEREST_RE: re.Pattern[bytes]  # set below from _END_RE
@@ -645,6 +1436,157 @@ _STALL_REMEDIATION = Remediation(
     ),
     action="investigate",
 )
+
+
+def _plain_ascii(chunk: Chunk, line: ChunkLine) -> bool:
+    """The line's bytes are ASCII without ESC or NUL: its text is a part of them as they are."""
+    key = ("plain", line.start)
+    found = chunk.cache.get(key)
+    if found is None:
+        raw = chunk.data[line.start:line.end]
+        found = chunk.cache[key] = raw.isascii() and b"\x1b" not in raw and b"\x00" not in raw
+    return bool(found)
+
+
+class _Records:
+    """Every progress record of a chunk a detector counts: the prepass's (by shape) and the
+    per-line ones, placed by ``_pos``; what the stall detector asks of them in order."""
+
+    def __init__(self, chunk: Chunk, fresh: _Fresh,
+                 lines: list[tuple[int, ProgressRecord, ChunkLine, Part]]) -> None:
+        self.chunk = chunk
+        self.fresh = fresh
+        self.lines = lines
+        self._by_pos = {pos: (line, part) for pos, _rec, line, part in lines}
+        self._line_pos = [pos for pos, _rec, _line, _part in lines]
+        self._bulk: dict[int, tuple[Shape, int]] = {}  # prepass records looked up
+        self._pos_cache: dict[int, list[int]] = {}
+        self._stamps: dict[bytes, float | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.lines or self.fresh.shapes)
+
+    def first(self) -> int:
+        cands = [_pos(*shape.key(first)) for shape, first in self.fresh.shapes]
+        if self.lines:
+            cands.append(self.lines[0][0])
+        return min(cands)
+
+    def last(self) -> int:
+        cands = [_pos(*shape.key(len(shape) - 1)) for shape, _first in self.fresh.shapes]
+        if self.lines:
+            cands.append(self.lines[-1][0])
+        return max(cands)
+
+    def last_step(self) -> int | None:
+        """The step of the last record that has one."""
+        best: tuple[int, int | None] | None = None
+        for shape, first in self.fresh.shapes:
+            steps = shape.steps
+            for i in range(len(shape) - 1, first - 1, -1):
+                if steps[i] is not None:
+                    pos = _pos(*shape.key(i))
+                    if best is None or pos > best[0]:
+                        best = (pos, steps[i])
+                    break
+        for pos, rec, _line, _part in reversed(self.lines):
+            if rec[R_STEP] is not None:
+                if best is None or pos > best[0]:
+                    best = (pos, rec[R_STEP])
+                break
+        return best[1] if best is not None else None
+
+    def _positions(self, shape: Shape) -> list[int]:
+        found = self._pos_cache.get(id(shape))
+        if found is None:
+            parts = shape.parts
+            if parts is None:
+                found = [start << _PART_BITS for start in shape.starts]
+            else:
+                found = [(start << _PART_BITS) | k
+                         for start, k in zip(shape.starts, parts, strict=True)]
+            self._pos_cache[id(shape)] = found
+        return found
+
+    def maybe_timed(self) -> list[int]:
+        """Positions of the records whose line may have a time of its own, last first (all
+        of them when the segment gives every line its time)."""
+        out: list[int] = [pos for pos, _rec, _line, _part in self.lines]
+        seg = self.chunk.seg_time is not None
+        for shape, first in self.fresh.shapes:
+            stamps = shape.stamps
+            if not seg and stamps is None:
+                continue
+            positions = self._positions(shape)
+            out.extend(positions[i] for i in range(first, len(shape))
+                       if seg or (stamps is not None and stamps[i] is not None))
+        out.sort(reverse=True)
+        return out
+
+    def before(self, pos: int) -> int:
+        """The position of the record just before ``pos`` (there is one: not the first)."""
+        best = -1
+        for shape, first in self.fresh.shapes:
+            positions = self._positions(shape)
+            i = bisect_left(positions, pos) - 1
+            if i >= first and positions[i] > best:
+                best = positions[i]
+                self._bulk[best] = (shape, i)
+        i = bisect_left(self._line_pos, pos) - 1
+        if i >= 0 and self._line_pos[i] > best:
+            best = self._line_pos[i]
+        return best
+
+    def untimed(self, pos: int) -> bool:
+        """True when the record's line surely has no time of its own: a prepass record of a
+        Hugging Face dict or a tqdm bar (they never start with a timestamp), of a Megatron
+        line without its stamp."""
+        if self.chunk.seg_time is not None:
+            return False  # the segment's time is every line's
+        found = self._bulk_at(pos)
+        if found is None:
+            return False
+        shape, i = found
+        return shape.stamps is None or shape.stamps[i] is None
+
+    def _bulk_at(self, pos: int) -> tuple[Shape, int] | None:
+        found = self._bulk.get(pos)
+        if found is None and pos not in self._by_pos:
+            for shape, first in self.fresh.shapes:
+                positions = self._positions(shape)
+                i = bisect_left(positions, pos)
+                if i >= first and i < len(positions) and positions[i] == pos:
+                    found = self._bulk[pos] = (shape, i)
+                    break
+        return found
+
+    def time(self, pos: int) -> float | None:
+        """The log's own time of the record at ``pos`` (as ``Chunk.time``)."""
+        found = self._bulk_at(pos)
+        if found is None or self.chunk.seg_time is not None:
+            line, k, _text, _rank = self.where(pos, numbered=False)
+            return self.chunk.time(line, k)
+        shape, i = found
+        stamp = shape.stamps[i] if shape.stamps is not None else None
+        if stamp is None:
+            return None
+        if stamp not in self._stamps:
+            # what the line's prefix gives: the ISO stamp inside "[...]" (parse_prefix)
+            got = match_timestamp(stamp.decode() + "]")
+            self._stamps[stamp] = got.time if got is not None else None
+        return self._stamps[stamp]
+
+    def where(self, pos: int, *, numbered: bool = True,
+              ) -> tuple[ChunkLine, int, str, str | None]:
+        """(line, part, text, rank) of the record at ``pos``."""
+        found = self._by_pos.get(pos)
+        if found is not None:
+            line, part = found
+            return line, pos & ((1 << _PART_BITS) - 1), part.text, part.rank
+        k = pos & ((1 << _PART_BITS) - 1)
+        line = self.chunk.line_at(pos >> _PART_BITS, numbered=numbered)
+        p = self.chunk.parts(line)[k]
+        return line, k, p.text, p.rank
 
 
 @dataclass(slots=True)
@@ -789,87 +1731,107 @@ class StallDetector(_Base):
         info = chunk.stream.info
         key = info.key
         reader = self.reader
-        replay_below = chunk.replay_below
+        floor = self._floor(chunk)
         st = self._streams.get(key)
         before_mono = st.last_mono if st is not None else 0.0
         before_time = st.last_log_time if st is not None else None
         existed = st is not None
-        now = self.clock.monotonic()
-        records: list[tuple[ChunkLine, int, Part, Progress]] = []
-        out: list[Detection] = []
-        confirm = (chunk.mask((_END_GATE,)), _END_INTEREST_RE)
+        # per-line records (pos, record, line, part) and end-of-training lines (pos)
+        lines: list[tuple[int, ProgressRecord, ChunkLine, Part]] = []
+        ends: list[int] = []
+        last = -1
+        gate_bit = chunk.mask((_END_GATE,))
+        confirm = (gate_bit, _END_INTEREST_RE)
         for line, k, part in _delivered(chunk, mask, confirm):
-            if not self._fresh_at(key, line.offset):
+            if floor is not None and line.start <= floor:
                 continue
+            last = line.start
+            if line.covered:
+                continue  # a prepass line: progress, never an end-of-training line
             text = part.text
-            if ("rain" in text or "reached" in text or "RAIN" in text) and _END_RE.search(text):
-                if st is not None:
-                    st.finished = True
+            # Every end-of-training wording holds a literal of the gate: a line the gate did
+            # not select is no end line, unless removing ANSI codes or NULs joined one, or
+            # Unicode case folding (the str regex) finds one the bytes gate cannot.
+            if (line.interests & gate_bit or not _plain_ascii(chunk, line)) and (
+                    "rain" in text or "reached" in text or "RAIN" in text) and \
+                    _END_RE.search(text):
+                ends.append(_pos(line.start, k))
                 continue
-            progress = reader.read_part(chunk, line, k, text)
-            if progress is None:
-                continue
-            if st is None:
-                st = _StallStream(info, now)
-                self._streams[key] = st
-                while len(self._streams) > MAX_SERIES:
-                    self._streams.popitem(last=False)
-            replaying = line.offset < replay_below
-            if st.stalled_since is not None and not replaying:
-                out.append(self._resolved(st, reason="progress resumed"))
-            st.stalled_since = None
-            st.finished = False
-            records.append((line, k, part, progress))
+            rec = reader.record_part(chunk, line, k, text, part.rank)
+            if rec is not None:
+                lines.append((_pos(line.start, k), rec, line, part))
+        fresh = _Fresh.of(reader.bulk_of(chunk), floor)
+        self._counted(chunk, max(last, fresh.last_line))
         reader.chunk_done(chunk)
-        if not records or st is None:
+        records = _Records(chunk, fresh, lines)
+        out: list[Detection] = []
+        if not records:
+            if ends and st is not None:
+                st.finished = True
             return out
+        first = records.first()
+        now = self.clock.monotonic()  # every line of a chunk arrives at one instant
+        if st is None:
+            st = _StallStream(info, now)
+            self._streams[key] = st
+            while len(self._streams) > MAX_SERIES:
+                self._streams.popitem(last=False)
+        if st.stalled_since is not None and (first >> _PART_BITS) + chunk.base >= \
+                chunk.replay_below:
+            out.append(self._resolved(st, reason="progress resumed"))
+        st.stalled_since = None
+        tail = records.last()
+        st.finished = bool(ends) and ends[-1] > tail  # an end line after the last progress
         st.open = True
         st.info = info
         st.last_mono = now
-        last_line, last_k, last_part, _last = records[-1]
-        st.last_log_time = chunk.time(last_line, last_k)
-        st.last_offset, st.last_lineno = last_line.offset, last_line.lineno
-        st.last_text = last_part.text
-        for _line, _k, _part, progress in reversed(records):
-            if progress.step is not None:
-                st.last_step = progress.step
-                break
+        line, k, text, _rank = records.where(tail)
+        st.last_log_time = chunk.time(line, k)
+        st.last_offset, st.last_lineno = line.offset, line.lineno
+        st.last_text = text
+        step = records.last_step()
+        if step is not None:
+            st.last_step = step
         self._intervals(st, chunk, records, existed=existed, before_mono=before_mono,
                         before_time=before_time, now=now)
         return out
 
-    def _intervals(self, st: _StallStream, chunk: Chunk,
-                   records: list[tuple[ChunkLine, int, Part, Progress]], *, existed: bool,
+    def _intervals(self, st: _StallStream, chunk: Chunk, records: _Records, *, existed: bool,
                    before_mono: float, before_time: float | None, now: float) -> None:
         """Append the gaps between the chunk's progress records, as ``on_line`` would, but
-        reading timestamps only back from the last record until the deque is full."""
-        keep = st.intervals.maxlen or len(records)
-        replay_below = chunk.replay_below
+        reading timestamps only back from the last record until the deque is full.
+
+        A gap needs the times of two consecutive records; a record whose line surely has no
+        time of its own (a Hugging Face dict, a tqdm bar) makes none, so only the records that
+        may have one are visited, from the last, each with the record before it.
+        """
+        keep = st.intervals.maxlen or 50
+        replay_below = chunk.replay_below - chunk.base
         gaps: list[float] = []
         times: dict[int, float | None] = {}
 
-        def time_of(i: int) -> float | None:
-            if i not in times:
-                line, k, _part, _p = records[i]
-                times[i] = chunk.time(line, k)
-            return times[i]
+        def time_of(pos: int) -> float | None:
+            if pos not in times:
+                times[pos] = records.time(pos)
+            return times[pos]
 
-        for i in range(len(records) - 1, -1, -1):
+        first = records.first()
+        for pos in records.maybe_timed():
             if len(gaps) >= keep:
                 break
-            line = records[i][0]
-            if line.offset < replay_below:
+            if pos == first or (pos >> _PART_BITS) < replay_below:
                 continue
-            t = time_of(i)
-            if i > 0:
-                prev = time_of(i - 1)
-                gap = t - prev if t is not None and prev is not None else 0.0  # same instant
-            elif not existed:
-                continue  # the record that created the state has no gap before it
-            elif t is not None and before_time is not None:
-                gap = t - before_time
-            else:
-                gap = now - before_mono
+            prev = records.before(pos)
+            if records.untimed(prev):
+                continue
+            t, p = time_of(pos), time_of(prev)
+            gap = t - p if t is not None and p is not None else 0.0
+            if gap > 0:
+                gaps.append(gap)
+        if len(gaps) < keep and existed and (first >> _PART_BITS) >= replay_below:
+            t = time_of(first)  # the chunk's first record: the gap since the last one before
+            gap = t - before_time if t is not None and before_time is not None \
+                else now - before_mono
             if gap > 0:
                 gaps.append(gap)
         st.intervals.extend(reversed(gaps))
@@ -933,6 +1895,20 @@ _NONFINITE_REMEDIATION = Remediation(
     ),
     action="fix_job_config",
 )
+_QUIET_ENDS_RUN = 10  # progress records without a halving that end a run of halvings
+_COLLAPSE_REMEDIATION = Remediation(
+    summary="The fp16 dynamic loss scale is halved record after record mid-run: the gradients "
+            "overflow at almost every step, so the optimiser skips them (no training happens) "
+            "and the scale is on its way to its minimum.",
+    steps=(
+        "Roll back to a checkpoint from before the overflows started.",
+        ("Lower the learning rate or add warm-up, clip gradients, or train in bf16 instead of "
+         "fp16 (no loss scaling at all)."),
+        ("Check the batches where it started for bad samples (NaN/Inf inputs, extreme "
+         "values)."),
+    ),
+    action="fix_job_config",
+)
 _SCALE_REMEDIATION = Remediation(
     summary="The fp16 dynamic loss scale fell to its minimum: gradients overflow at every "
             "scale, so the optimiser keeps skipping steps (the run is diverging).",
@@ -942,6 +1918,55 @@ _SCALE_REMEDIATION = Remediation(
     ),
     action="fix_job_config",
 )
+
+
+def _skipped(text: str) -> bool:
+    """The line reports skipped iterations or an overflow (fp16 loss scaling)."""
+    return ("kip" in text or "verflow" in text or "VERFLOW" in text) and \
+        _SKIPPED_RE.search(text) is not None
+
+
+class _Sums:
+    """Sums over one rank's records of one prepass shape between two positions: how many,
+    whether any has a loss or grad norm, and the last loss (with its position)."""
+
+    def __init__(self, shape: Shape, idx: list[int]) -> None:
+        self.shape = shape
+        self.idx = idx
+        self._pos: list[int] | None = None
+        losses, norms = shape.losses, shape.grad_norms
+        # indices (into idx) of the records with a loss, with a loss or a grad norm
+        self._loss = [j for j, i in enumerate(idx) if losses[i] is not None]
+        self._figure = self._loss if shape.kind != "megatron" else [
+            j for j, i in enumerate(idx) if losses[i] is not None or norms[i] is not None]
+        scales = shape.loss_scales
+        self._scaled = [j for j, i in enumerate(idx) if scales[i] is not None] \
+            if shape.scaled else []
+
+    def between(self, lo: int, hi: int) -> tuple[int, bool, tuple[int, float] | None, bool]:
+        shape, idx = self.shape, self.idx
+        if lo < 0 and hi >= 1 << 62:
+            a, b = 0, len(idx)
+        else:
+            if self._pos is None:
+                starts, parts = shape.starts, shape.parts
+                self._pos = ([starts[i] << _PART_BITS for i in idx] if parts is None else
+                             [(starts[i] << _PART_BITS) | parts[i] for i in idx])
+            a = bisect_right(self._pos, lo)
+            b = bisect_left(self._pos, hi)
+        if a >= b:
+            return 0, False, None, False
+        k = bisect_left(self._loss, b) - 1
+        last: tuple[int, float] | None = None
+        if k >= 0 and self._loss[k] >= a:
+            i = idx[self._loss[k]]
+            value = shape.losses[i]
+            assert value is not None
+            last = (_pos(*shape.key(i)), value)
+        f = bisect_left(self._figure, a)
+        figures = f < len(self._figure) and self._figure[f] < b
+        g = bisect_left(self._scaled, a)
+        return b - a, figures, last, g < len(self._scaled) and self._scaled[g] < b
 
 
 @dataclass(slots=True)
@@ -955,6 +1980,23 @@ class _Numbers:
     max_scale: float | None = None
     scale_fired: bool = False
     last_finite_loss: float | None = None
+    # the loss scale halved record after record (an overflow, or a lower scale)
+    good: int = 0  # progress records that were no halving (capped)
+    settled: bool = False  # the scale held or grew once: past the start-up search
+    halvings: int = 0  # halvings in a row
+    halving_from: float | None = None  # the scale before the first of them
+    halving_step: int | None = None  # the step of the first of them
+    collapse_fired: bool = False
+    quiet: int = 0  # records without a halving since the last one
+
+    def held(self) -> None:
+        """The scale held or grew: training is under way, a run of halvings ends."""
+        self.settled = True
+        self.end_run()
+
+    def end_run(self) -> None:
+        self.halvings, self.halving_from, self.halving_step = 0, None, None
+        self.collapse_fired = False
 
 
 class BadNumbersDetector(_Base):
@@ -970,14 +2012,21 @@ class BadNumbersDetector(_Base):
         consecutive: int = 3,
         min_loss_scale: float = 1.0,
         overflow_grace: int = 2,
+        halvings: int = 5,
+        settled_records: int = 20,
         host: str = "",
         status: str = "stable",
         metrics: SelfMetrics | None = None,
     ) -> None:
+        """``halvings``: halvings of the loss scale in a row that make a collapse, once the
+        run is past its start-up search (``settled_records`` progress records without one,
+        or the scale held or grew once)."""
         super().__init__(clock, reader, host, metrics, status)
         self.consecutive = consecutive
         self.min_loss_scale = min_loss_scale
         self.overflow_grace = overflow_grace
+        self.halvings = halvings
+        self.settled_records = settled_records
         self._series: OrderedDict[str, _Numbers] = OrderedDict()
 
     def on_open(self, stream: StreamContext) -> None:
@@ -1000,45 +2049,172 @@ class BadNumbersDetector(_Base):
         progress = self.reader.read(line)
         if progress is None or progress.eval:
             return ()
-        return self._take(info, line.rank, line.text, progress, event.replaying,
+        rec = record_of(line.offset, 0, line.rank, progress, _skipped(line.text))
+        return self._take(info, self._state(info, line.rank), rec, event.replaying,
                           lambda: line)
 
-    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
-        info = chunk.stream.info
-        key = info.key
-        reader = self.reader
-        replay_below = chunk.replay_below
-        out: list[Detection] = []
-        for line, k, part in _delivered(chunk, mask):
-            if not self._fresh_at(key, line.offset):
-                continue
-            progress = reader.read_part(chunk, line, k, part.text)
-            if progress is None or progress.eval:
-                continue
-            found = self._take(
-                info, part.rank, part.text, progress, line.offset < replay_below,
-                _line_maker(info, line, part))
-            if found:
-                out.extend(found)
-        reader.chunk_done(chunk)
-        return out
-
-    def _take(self, info: StreamInfo, rank: str | None, text: str, progress: Progress,
-              replaying: bool, make_line: Callable[[], LogLine]) -> list[Detection]:
-        """One progress record of a stream and rank; ``make_line`` builds the detection's
-        line only when there is a detection."""
+    def _state(self, info: StreamInfo, rank: str | None) -> _Numbers:
         key = f"{info.key}\x1f{rank or '-'}\x1fnumbers"  # one state per stream and rank
         st = self._series.get(key)
         if st is None:
             st = self._series[key] = _Numbers()
             while len(self._series) > MAX_SERIES:
                 self._series.popitem(last=False)
+        return st
+
+    def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
+        """As ``on_line`` for each delivered part, in order; the prepass's records (finite,
+        never an overflow line) are taken per rank in blocks between the records that can
+        change anything (a new loss scale, skipped iterations, a line read on its own)."""
+        info = chunk.stream.info
+        reader = self.reader
+        floor = self._floor(chunk)
+        lines: list[tuple[int, ProgressRecord, ChunkLine, Part]] = []
+        last = -1
+        for line, k, part in _delivered(chunk, mask):
+            if floor is not None and line.start <= floor:
+                continue
+            last = line.start
+            if line.covered:
+                continue
+            rec = reader.record_part(chunk, line, k, part.text, part.rank)
+            if rec is None or rec[R_FLAGS] & F_EVAL:
+                continue
+            lines.append((_pos(line.start, k), rec, line, part))
+        fresh = _Fresh.of(reader.bulk_of(chunk), floor)
+        self._counted(chunk, max(last, fresh.last_line))
+        reader.chunk_done(chunk)
+        by_rank: dict[str | None, tuple[list[tuple[Shape, list[int]]],
+                                        list[tuple[int, ProgressRecord, ChunkLine, Part]]]]
+        by_rank = {}
+        for rank, shape, idx in fresh.by_rank():
+            by_rank.setdefault(rank, ([], []))[0].append((shape, idx))
+        for item in lines:
+            by_rank.setdefault(item[1][R_RANK], ([], []))[1].append(item)
+        if not by_rank:
+            return []
+
+        def first_pos(rank: str | None) -> int:
+            blocks, items = by_rank[rank]
+            cands = [_pos(*shape.key(idx[0])) for shape, idx in blocks]
+            if items:
+                cands.append(items[0][0])
+            return min(cands)
+
+        ranks = sorted(by_rank, key=first_pos)  # series are created in line order
+        prefix = f"{info.key}\x1f"
+        new = sum(1 for r in ranks if f"{prefix}{r or '-'}\x1fnumbers" not in self._series)
+        if len(self._series) + new > MAX_SERIES:
+            return self._chunk_in_order(chunk, by_rank)  # which series are evicted: in order
         out: list[Detection] = []
-        overflow = progress.overflow or (
-            ("kip" in text or "verflow" in text or "VERFLOW" in text)
-            and _SKIPPED_RE.search(text) is not None)
+        for rank in ranks:
+            blocks, items = by_rank[rank]
+            out.extend(self._rank_chunk(chunk, self._state(info, rank), blocks, items))
+        out.sort(key=lambda d: d.offset if d.offset is not None else -1)
+        return out
+
+    def _rank_chunk(self, chunk: Chunk, st: _Numbers, blocks: list[tuple[Shape, list[int]]],
+                    items: list[tuple[int, ProgressRecord, ChunkLine, Part]]) -> list[Detection]:
+        """One rank's records of a chunk: the events one by one (``_take``), the ordinary
+        prepass records between them as one sum each."""
+        info = chunk.stream.info
+        replay_below = chunk.replay_below - chunk.base
+        events: list[tuple[int, ProgressRecord, Callable[[], LogLine]]] = [
+            (pos, rec, _part_line(info, line, part))
+            for pos, rec, line, part in items]
+        # the loss scales of the per-line records, by position (they move the running scale)
+        scales_at = [(pos, sc) for pos, rec, _l, _p in items
+                     if (sc := rec[R_LOSS_SCALE]) is not None and math.isfinite(sc)]
+        for shape, idx in blocks:
+            scales, skipped = shape.loss_scales, shape.skipped
+            if skipped is None and not shape.scaled:
+                continue
+            cur = st.scale
+            starts = shape.starts
+            nxt = 0
+            for i in idx:
+                if nxt < len(scales_at):
+                    here = _pos(*shape.key(i))
+                    while nxt < len(scales_at) and scales_at[nxt][0] < here:
+                        cur = scales_at[nxt][1]
+                        nxt += 1
+                sc = scales[i]
+                if (skipped is not None and skipped[i]) or (sc is not None and sc != cur):
+                    rec = shape.record(i)
+                    events.append((_pos(starts[i], rec[R_PART]), rec,
+                                   _bulk_line(chunk, rec)))
+                if sc is not None:
+                    cur = sc
+        sums = [_Sums(shape, idx) for shape, idx in blocks]
+        out: list[Detection] = []
+        if not events:
+            self._add(st, sums, -1, 1 << 62)
+            return out
+        events.sort(key=itemgetter(0))
+        prev = -1
+        for pos, rec, make in events:
+            self._add(st, sums, prev, pos)
+            out.extend(self._take(info, st, rec, (pos >> _PART_BITS) < replay_below, make))
+            prev = pos
+        self._add(st, sums, prev, 1 << 62)
+        return out
+
+    def _add(self, st: _Numbers, sums: list[_Sums], lo: int, hi: int) -> None:
+        """The ordinary prepass records strictly between positions ``lo`` and ``hi``: what
+        ``_take`` does for each (count it since the last overflow; a finite loss or grad norm
+        ends any run of bad numbers; the loss is the last finite one)."""
+        count = 0
+        figures = False
+        scaled = False
+        loss: tuple[int, float] | None = None
+        for s in sums:
+            n, any_figure, last_loss, any_scale = s.between(lo, hi)
+            count += n
+            figures = figures or any_figure
+            scaled = scaled or any_scale
+            if last_loss is not None and (loss is None or last_loss[0] > loss[0]):
+                loss = last_loss
+        if not count:
+            return
+        # no halving among them (those are events); one that shows the scale held
+        self._steady(st, count, held=scaled)
+        st.since_overflow += count
+        if figures:
+            st.bad, st.which, st.first_bad_step, st.fired = 0, set(), None, False
+        if loss is not None:
+            st.last_finite_loss = loss[1]
+
+    def _chunk_in_order(self, chunk: Chunk, by_rank: dict[Any, Any]) -> list[Detection]:
+        """Every record of the chunk in line order, one at a time."""
+        info = chunk.stream.info
+        replay_below = chunk.replay_below - chunk.base
+        items: list[tuple[int, ProgressRecord, Callable[[], LogLine]]] = []
+        for blocks, lines in by_rank.values():
+            for shape, idx in blocks:
+                for i in idx:
+                    rec = shape.record(i)
+                    items.append((_pos(rec[R_START], rec[R_PART]), rec,
+                                  _bulk_line(chunk, rec)))
+            for pos, rec, line, part in lines:
+                items.append((pos, rec, _part_line(info, line, part)))
+        items.sort(key=itemgetter(0))
+        out: list[Detection] = []
+        for pos, rec, make in items:
+            out.extend(self._take(info, self._state(info, rec[R_RANK]), rec,
+                                  (pos >> _PART_BITS) < replay_below, make))
+        return out
+
+    def _take(self, info: StreamInfo, st: _Numbers, rec: ProgressRecord, replaying: bool,
+              make_line: Callable[[], LogLine]) -> list[Detection]:
+        """One progress record of a stream and rank; ``make_line`` builds the detection's
+        line only when there is a detection."""
+        out: list[Detection] = []
+        overflow = bool(rec[R_FLAGS] & (F_OVERFLOW | F_SKIPPED))
+        collapse = self._collapse(info, st, rec, overflow, replaying, make_line)
+        if collapse is not None:
+            out.append(collapse)
         st.since_overflow = 0 if overflow else st.since_overflow + 1
-        scale = progress.loss_scale
+        scale = rec[R_LOSS_SCALE]
         if scale is not None and math.isfinite(scale):
             if st.scale is not None and scale < st.scale:
                 st.since_overflow = 0  # the scaler just halved: this step overflowed
@@ -1058,18 +2234,20 @@ class BadNumbersDetector(_Base):
                                ("min_loss_scale", _fmt(self.min_loss_scale))]))
             elif scale > self.min_loss_scale:
                 st.scale_fired = False
-        if progress.loss is None and progress.grad_norm is None:
+        loss, grad_norm = rec[R_LOSS], rec[R_GRAD_NORM]
+        if loss is None and grad_norm is None:
             return out
-        nonfinite = set(progress.nonfinite)
+        nonfinite = {name for name, value in (("loss", loss), ("grad_norm", grad_norm))
+                     if value is not None and not math.isfinite(value)}
         if "loss" not in nonfinite and st.since_overflow <= self.overflow_grace:
             nonfinite.discard("grad_norm")  # fp16: an overflowing step reports inf/nan norm
         if not nonfinite:
             st.bad, st.which, st.first_bad_step, st.fired = 0, set(), None, False
-            if progress.loss is not None:
-                st.last_finite_loss = progress.loss
+            if loss is not None:
+                st.last_finite_loss = loss
             return out
         if st.bad == 0:
-            st.first_bad_step = progress.step
+            st.first_bad_step = rec[R_STEP]
         st.bad += 1
         st.which |= nonfinite
         if st.bad >= self.consecutive and not st.fired:
@@ -1088,13 +2266,72 @@ class BadNumbersDetector(_Base):
                     about=f"{what} NaN/Inf on {st.bad} progress lines in a row", facts=facts))
         return out
 
+    def _collapse(self, info: StreamInfo, st: _Numbers, rec: ProgressRecord, overflow: bool,
+                  replaying: bool, make_line: Callable[[], LogLine]) -> Detection | None:
+        """The loss scale halved record after record mid-run (before ``_take`` moves the
+        scale): ``training_loss_scale_collapse`` once per run of halvings."""
+        scale, before = rec[R_LOSS_SCALE], st.scale
+        if scale is not None and not math.isfinite(scale):
+            scale = None
+        attempted = rec[R_ATTEMPTED]
+        if attempted is not None and before is not None and attempted > before:
+            st.held()  # the scale grew since it was last seen
+        halved = overflow or (scale is not None and before is not None and scale < before)
+        if not halved:
+            self._steady(st, 1, held=scale is not None and before is not None)
+            return None
+        st.quiet = 0
+        if not (st.settled or st.good >= self.settled_records):
+            st.end_run()  # the start-up search: halving at the first steps is normal
+            return None
+        if st.halvings == 0:
+            st.halving_from = attempted if attempted is not None else before
+            st.halving_step = rec[R_STEP]
+        st.halvings += 1
+        if (st.halvings < self.halvings or st.collapse_fired
+                or not (st.settled or st.good >= self.settled_records)):
+            return None
+        st.collapse_fired = True
+        if replaying:
+            return None
+        now = scale if scale is not None else before
+        facts = [("halvings", str(st.halvings))]
+        if st.halving_from is not None:
+            facts.append(("loss_scale_from", _fmt_scale(st.halving_from)))
+        if now is not None:
+            facts.append(("loss_scale", _fmt_scale(now)))
+        if st.halving_step is not None:
+            facts.append(("since_step", str(st.halving_step)))
+        if rec[R_STEP] is not None:
+            facts.append(("step", str(rec[R_STEP])))
+        fell = (f": {_fmt_scale(st.halving_from)} -> {_fmt_scale(now)}"
+                if st.halving_from is not None and now is not None else "")
+        return self._detection(
+            info, make_line(), signature="training_loss_scale_collapse",
+            title="Loss Scale Halved On Every Step", severity=Severity.WARNING,
+            remediation=_COLLAPSE_REMEDIATION, facts=facts,
+            about=(f"fp16 loss scale halved {st.halvings} times in a row mid-run{fell}: the "
+                   "optimiser skips the steps"))
+
+    def _steady(self, st: _Numbers, count: int, *, held: bool) -> None:
+        """``count`` progress records without a halving; ``held``: one of them shows the
+        scale held. Many in a row end a run of halvings too: not "on every step"."""
+        st.good = min(st.good + count, 1_000_000)
+        st.quiet = min(st.quiet + count, 1_000_000)
+        if held:
+            st.held()
+        elif st.quiet >= _QUIET_ENDS_RUN:
+            st.end_run()
+
     def snapshot(self) -> object:
         return {
             "version": 1,
             "offsets": self._offsets_state(),
             "series": {k: [s.bad, s.first_bad_step, sorted(s.which), s.fired,
                            s.since_overflow, s.scale, s.max_scale, s.scale_fired,
-                           s.last_finite_loss] for k, s in self._series.items()},
+                           s.last_finite_loss, s.good, s.settled, s.halvings, s.halving_from,
+                           s.halving_step, s.collapse_fired, s.quiet]
+                       for k, s in self._series.items()},
         }
 
     def restore(self, state: object) -> None:
@@ -1103,7 +2340,13 @@ class BadNumbersDetector(_Base):
         self._restore_offsets(state)
         self._series.clear()
         for key, raw in dict(state.get("series", {})).items():
-            bad, first, which, fired, since, scale, max_scale, scale_fired, last = raw
-            self._series[str(key)] = _Numbers(int(bad), first, set(which), bool(fired),
-                                              int(since), scale, max_scale, bool(scale_fired),
-                                              last)
+            bad, first, which, fired, since, scale, max_scale, scale_fired, last = raw[:9]
+            st = _Numbers(int(bad), first, set(which), bool(fired), int(since), scale,
+                          max_scale, bool(scale_fired), last)
+            if len(raw) >= 16:  # the collapse state (absent from older checkpoints)
+                good, settled, halvings, since_from, since_step, collapse_fired, quiet = \
+                    raw[9:16]
+                st.good, st.settled, st.halvings = int(good), bool(settled), int(halvings)
+                st.halving_from, st.halving_step = since_from, since_step
+                st.collapse_fired, st.quiet = bool(collapse_fired), int(quiet)
+            self._series[str(key)] = st

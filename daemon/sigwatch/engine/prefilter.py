@@ -92,25 +92,32 @@ class _Needle:
 
 
 def _choose_offsets(needles: list[tuple[bytes, bool]]) -> dict[tuple[bytes, bool], int]:
-    """Where each literal's trie key starts: at its rarest byte (the scan stops on it)."""
+    """Where each literal's trie key starts: at its rarest byte (the scan stops on it), then
+    again for each literal given the bytes the others stop on (those cost no more stops)."""
     freq = _unigram()
     total = max(sum(freq.values()), 1)
 
-    def rate(b: int, ci: bool) -> float:
-        r = freq.get(b, 0)
-        if ci and 65 <= (b & 0xDF) <= 90:
-            r = freq.get(b | 0x20, 0) + freq.get(b & 0xDF, 0)
-        return (r + 1) / total
+    def stops(b: int, ci: bool) -> set[int]:
+        return {b | 0x20, b & 0xDF} if ci and 65 <= (b & 0xDF) <= 90 else {b}
 
-    out: dict[tuple[bytes, bool], int] = {}
-    for text, ci in needles:
+    def cost(text: bytes, ci: bool, i: int, others: set[int]) -> tuple[float, int]:
+        return (sum(freq.get(x, 0) + 1 for x in stops(text[i], ci) - others) / total, i)
+
+    def best(text: bytes, ci: bool, others: set[int]) -> int:
         last = max(0, len(text) - MIN_KEY_BYTES)
+        return min(range(last + 1), key=lambda i: cost(text, ci, i, others))
 
-        def cost(i: int, t: bytes = text, c: bool = ci) -> tuple[float, int]:
-            return (rate(t[i], c), i)
-
-        out[(text, ci)] = min(range(last + 1), key=cost)
-    return out
+    starts = [best(text, ci, set()) for text, ci in needles]
+    for _round in range(3):
+        held: Counter[int] = Counter()
+        for (text, ci), i in zip(needles, starts, strict=True):
+            held.update(stops(text[i], ci))
+        for n, (text, ci) in enumerate(needles):
+            mine = stops(text[starts[n]], ci)
+            held.subtract(mine)
+            starts[n] = best(text, ci, {b for b, c in held.items() if c > 0})
+            held.update(stops(text[starts[n]], ci))
+    return dict(zip(needles, starts, strict=True))
 
 
 def _token(b: int, ci: bool) -> bytes:
@@ -175,6 +182,11 @@ class _PythonScan:
             else:
                 for needle in anchor:
                     by_needle[needle].append(ref)
+        # Each gate as passes that start with one literal byte each (``re`` then skips to
+        # that byte in C instead of testing every byte of the chunk against the gate's first
+        # bytes): the gate's own match is then taken where the byte is.
+        self.entries: dict[int, list[re.Pattern[bytes]]] = {
+            id(gate): _entries(gate) for _ref, _rx, gate in self.weak if gate is not None}
         offsets = _choose_offsets(list(by_needle))
         self.by_first: dict[int, list[_Needle]] = defaultdict(list)
         keys: list[tuple[bytes, bool]] = []
@@ -225,24 +237,98 @@ class _PythonScan:
                     for m in rx.finditer(low):
                         out.setdefault(line_of(data, start + m.start(), start), set()).add(ref)
                     continue
-                pos = 0
                 # The signature's prefregex is case-sensitive (the original bytes); the anchor
                 # gate is lowercase literals (the lowered bytes). Same offsets either way.
                 haystack = (data[start:end] if start or end != len(data) else data) \
                     if ref in self.hinted else low
-                while True:
-                    g = gate.search(haystack, pos)
-                    if g is None:
-                        break
-                    line_start = low.rfind(b"\n", 0, g.start()) + 1
-                    line_end = low.find(b"\n", g.end())
-                    if line_end == -1:
-                        line_end = len(low)
-                    m = rx.search(low, line_start, line_end)
-                    if m is not None:
-                        out.setdefault(line_of(data, start + m.start(), start), set()).add(ref)
-                    pos = line_end + 1
+                for entry in self.entries[id(gate)]:
+                    pos = 0
+                    while True:
+                        g = entry.search(haystack, pos)
+                        if g is None:
+                            break
+                        if entry is not gate:
+                            g = gate.match(haystack, g.start())  # the gate's match there
+                            assert g is not None
+                        line_start = low.rfind(b"\n", 0, g.start()) + 1
+                        line_end = low.find(b"\n", g.end())
+                        if line_end == -1:
+                            line_end = len(low)
+                        m = rx.search(low, line_start, line_end)
+                        if m is not None:
+                            out.setdefault(line_of(data, start + m.start(), start),
+                                           set()).add(ref)
+                        pos = line_end + 1
 
+
+
+def _first_bytes(items: list[tuple[Any, Any]]) -> set[int] | None:
+    """The bytes a match of the parsed ``items`` can start with (None: any, or unknown)."""
+    for op, av in items:
+        name = str(op)
+        if name == "AT":
+            continue  # zero-width (\\b, ^): the next item decides
+        if name == "LITERAL":
+            return {av}
+        if name == "IN":
+            found: set[int] = set()
+            for iop, iav in av:
+                if str(iop) == "LITERAL":
+                    found.add(iav)
+                elif str(iop) == "RANGE" and iav[1] - iav[0] < 16:
+                    found.update(range(iav[0], iav[1] + 1))
+                else:
+                    return None
+            return found
+        if name == "BRANCH":
+            union: set[int] = set()
+            for branch in av[1]:
+                sub = _first_bytes(list(branch.data))
+                if sub is None:
+                    return None
+                union |= sub
+            return union
+        if name == "SUBPATTERN" and av[1] == 0 and av[2] == 0:
+            sub = _first_bytes(list(av[3].data))
+            if sub is None:
+                return None
+            if _min_width(av[3]) == 0:
+                return None  # an empty group lets the next item start the match
+            return sub
+        if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and av[0] >= 1:
+            return _first_bytes(list(av[2].data))
+        return None
+    return None
+
+
+def _min_width(sub: Any) -> int:
+    try:
+        return int(sub.getwidth()[0])
+    except (re.error, TypeError, ValueError):  # pragma: no cover - defensive
+        return 0
+
+
+def _entries(gate: re.Pattern[bytes]) -> list[re.Pattern[bytes]]:
+    """Passes that find every match of ``gate``, each starting with one literal byte (a
+    pass per byte a match can start with), or ``[gate]`` itself when that is not known or
+    a single literal already leads it."""
+    if gate.flags & (re.IGNORECASE | re.VERBOSE):
+        return [gate]
+    try:
+        tree = re._parser.parse(gate.pattern.decode("latin-1"), 0)
+    except (re.error, UnicodeDecodeError):  # pragma: no cover - it compiled once
+        return [gate]
+    firsts = _first_bytes(list(tree.data))
+    if firsts is None or len(firsts) <= 1 or len(firsts) > 6:
+        return [gate]
+    # "x(?<=(?=GATE).)": the byte x, where the gate matches (a lookahead inside a
+    # one-byte lookbehind): a literal prefix for ``re``, the gate's test at each x.
+    try:
+        return [re.compile(re.escape(bytes((b,))) + b"(?<=(?=(?:" + gate.pattern + b")).)",
+                           gate.flags & ~re.UNICODE)
+                for b in sorted(firsts) if b != 10]
+    except re.error:  # pragma: no cover - a gate with its own inline flags
+        return [gate]
 
 
 def _line_start(data: bytes, pos: int, floor: int) -> int:

@@ -20,6 +20,7 @@ __all__ = ["DETECTOR_SIGNATURES", "Policy", "Rule", "short_fix"]
 DETECTOR_SIGNATURES = frozenset({
     "burst", "novel_error", "step_time_regression", "training_stalled",
     "training_loss_scale_minimum", "training_nonfinite", "command_exited_abnormally",
+    "training_loss_scale_collapse", "training_loss_diverged",
     "generic_traceback", "generic_native_crash", "generic_error_record", "generic_failed_check",
 })
 """Detections of the detectors beyond signature files: a rule may name them too."""
