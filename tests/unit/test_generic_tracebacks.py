@@ -512,3 +512,129 @@ def test_a_base_exception_printed_alone_is_a_failure() -> None:
     found = generic_scan("Exception: checkpoint shard 7 missing\n")
 
     assert "Exception" == _captures(found)["exception"]
+
+
+class TestTracebacksAsPagesAndShippersPrintThem:
+    """Frames without their indentation, a traceback on one line, markup around an exception
+    line: the structure is still a traceback."""
+
+    def test_frames_printed_at_column_0_with_their_source_lines_are_read(self) -> None:
+        """A page or a log shipper dropped the indentation: frame, source, carets, at column 0,
+        deeper than the noise a traceback tolerates."""
+        frames = "".join(
+            f'File "/srv/app/layer{i}.py", line {10 + i}, in step{i}\n'
+            f"return step{i + 1}(batch)\n^^^^^^^^^^^^^^^^^\n" for i in range(9))
+        found = generic_scan('Traceback (most recent call last):\n' + frames
+                             + "ValueError: shapes (4, 3) and (2,) not aligned\n")
+
+        d = only(found, TB)
+        assert {"exception": "ValueError", "message": "shapes (4, 3) and (2,) not aligned",
+                "frame": "/srv/app/layer8.py:18 in step8"} == dict(d.captures)
+        assert "Traceback (most recent call last):" == d.context[0]  # one reading, not pieces
+
+    def test_a_traceback_flattened_onto_one_line_names_its_exception_and_frame(self) -> None:
+        """Newlines (and the path's quotes) lost: frames, source and exception on one line."""
+        found = generic_scan(
+            'Traceback (most recent call last): File "/job/train.py", line 88, in <module> '
+            "main() File /job/model.py, line 12, in forward out = self.proj(x) "
+            "RuntimeError: CUDA error: device-side assert triggered\n")
+
+        assert {"exception": "RuntimeError",
+                "message": "CUDA error: device-side assert triggered",
+                "frame": "/job/model.py:12 in forward"} == _captures(found)
+
+    def test_a_sentence_naming_a_file_and_an_error_is_not_a_flattened_traceback(self) -> None:
+        """It must start as a traceback does (its header or a frame)."""
+        found = generic_scan('see File "/job/train.py", line 88, in main: ValueError: x is '
+                             "deprecated, please update\n")
+
+        assert [] == [d for d in found if d.signature == TB]
+
+    def test_an_exception_line_wrapped_in_markdown_bold_is_a_failure(self) -> None:
+        """``**pkg.FooError: message**`` as an issue's author highlighted it."""
+        found = generic_scan("**torch.distributed.DistBackendError: [3] is setting up NCCL "
+                             "communicator but store->get('0') got error: Socket Timeout**\n")
+
+        captures = _captures(found)
+        assert "torch.distributed.DistBackendError" == captures["exception"]
+        assert captures["message"].endswith("Socket Timeout")
+
+    def test_torch_multiprocessing_terminating_the_other_children_says_the_run_ended(
+            self) -> None:
+        """Its ``Terminating process N via signal SIGTERM`` fan-out is the evidence."""
+        found = generic_scan(text_of('''
+            torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited
+            W0719 18:42:55.168000 1315 torch/multiprocessing/spawn.py:145] Terminating process 25364 via signal SIGTERM
+            '''))
+
+        facts = dict(only(found, TB).facts)
+        assert "Terminating process 25364 via signal SIGTERM" in facts["ended"]
+
+
+class TestWhoPrintedTheTraceback:
+    """A record just before a traceback says a logger printed it, unless it cannot have."""
+
+    def test_a_native_warning_before_a_traceback_did_not_print_it(self) -> None:
+        """c10's ``[W file.cpp:N]`` comes from C++: the traceback after it is uncaught."""
+        found = generic_scan(text_of('''
+            [W compiler_depend.ts:51] Warning: Version: is invalid. (function operator())
+            Traceback (most recent call last):
+              File "/job/run.py", line 3, in <module>
+                x = torch.randn(3).npu()
+            RuntimeError: NPU function error: c10_npu::SetDevice(device_id_)
+            '''))
+
+        assert "RuntimeError" == _captures(found)["exception"]
+
+    def test_a_chain_that_reached_module_level_after_a_warning_ended_the_process(
+            self) -> None:
+        """The chain's last traceback runs from ``<module>``: nothing caught it, whatever the
+        warning before it said; cut before its own exception line, it is named by the one it
+        was raised from."""
+        found = generic_scan(text_of('''
+            WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'n1' has failed to shutdown the rendezvous 'r1' due to an error of type RendezvousConnectionError.
+            Traceback (most recent call last):
+              File "/opt/conda/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 113, in _call_store
+                return getattr(self._store, store_op)(*args, **kwargs)
+            RuntimeError: Connection reset by peer
+
+            The above exception was the direct cause of the following exception:
+
+            Traceback (most recent call last):
+              File "/opt/conda/bin/torchrun", line 33, in <module>
+                sys.exit(load_entry_point('torch==2.0.1', 'console_scripts', 'torchrun')())
+            '''))
+
+        assert {"exception": "RuntimeError",
+                "message": "Connection reset by peer"} == _captures(found)
+
+    def test_a_chain_caught_below_module_level_after_a_warning_stays_quiet(self) -> None:
+        """``logger.warning(..., exc_info=True)`` in a function: its chain starts there."""
+        found = generic_scan(text_of('''
+            WARNING:ckpt:could not restore, starting fresh
+            Traceback (most recent call last):
+              File "/job/ckpt.py", line 40, in restore
+                state = load(latest)
+            FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/step_900'
+
+            The above exception was the direct cause of the following exception:
+
+            Traceback (most recent call last):
+              File "/job/ckpt.py", line 52, in maybe_restore
+                restore()
+            ckpt.RestoreError: no checkpoint
+            '''))
+
+        assert [] == loud(found)
+
+    def test_a_single_traceback_from_module_level_after_a_warning_stays_quiet(self) -> None:
+        """A module-level ``except`` that logged an optional import: not a chain, quiet."""
+        found = generic_scan(text_of('''
+            WARNING:train:apex not available, using torch amp
+            Traceback (most recent call last):
+              File "/job/train.py", line 5, in <module>
+                import apex
+            ModuleNotFoundError: No module named 'apex'
+            '''))
+
+        assert [] == loud(found)

@@ -48,6 +48,7 @@ from sigwatch.detectors.generic.tracebacks import (
     bare_exception,
     ended,
     exit_report,
+    flattened,
     frame_line,
 )
 from sigwatch.detectors.templates import ERROR_INTEREST, strip_header
@@ -503,12 +504,13 @@ class GenericDetector:
         bare = strip_header(text)
         stripped = text.strip()
         if not in_traceback:  # else: the traceback's message, or its own output
-            exc = bare_exception(bare.strip())
+            flat = flattened(bare.strip())
+            frames, exc = flat if flat is not None else (None, bare_exception(bare.strip()))
             if exc is not None or frame_line(bare):
                 out = self._close_rank(st, line.rank)
                 st.reports[line.rank] = TracebackReport(
                     line, self._preceding(st, before), window=self.window, hold=self.hold,
-                    now=now, exc=exc)
+                    now=now, exc=exc, frames=frames)
                 return out
         record = parse_any(text)
         if record is not None:

@@ -48,8 +48,10 @@ __all__ = [
     "continued",
     "ended",
     "exit_report",
+    "flattened",
     "frame_line",
     "parse_exception",
+    "unmarked",
 ]
 
 HEADER_RE = re.compile(
@@ -79,6 +81,17 @@ _BARE_RE = re.compile(
     r"|Failure|Fault|Interrupt|Exit|Timeout)|Exception)(?:\([A-Za-z_][\w.]{0,120}\)"
     r"| \([^()]{1,60}\))?:(?: \S|\s*$)")
 _DIGITS_RE = re.compile(r"\d")
+# Markup a page or a chat wraps around a line it quotes (``**...**``, ``__...__``, a backtick
+# span): the same mark on both ends.
+_MARKUP_RE = re.compile(r"^(?P<mark>\*\*|__|`{1,3})(?P<inner>\S(?:.{0,2000}\S)?)(?P=mark)$")
+# A traceback flattened onto one line (a page or a log shipper that lost its newlines, and
+# sometimes its quotes): ``File "a.py", line 4, in f <source> RuntimeError: message``.
+_FLAT_START_RE = re.compile(r"^(?:Traceback \(most recent call last\):?\s+)?File ")
+_FLAT_FRAME_RE = re.compile(
+    r"(?:^|\s)File \"?(?P<path>[^\",]{1,400}?)\"?, line (?P<line>\d{1,7}), in (?P<func>\S{1,200})")
+_FLAT_EXC_RE = re.compile(
+    r"(?:^|\s)(?=(?:[A-Za-z_]\w{0,80}\.){0,12}[A-Z]\w{0,80}(?:Error|Exception|Failure|Fault"
+    r"|Exit|Timeout)(?:\([A-Za-z_][\w.]{0,120}\))?:(?:\s|$))")
 # Lower-case exception classes in the standard library (module-qualified).
 _LOWER_EXC = frozenset({"timeout", "gaierror", "herror", "error"})
 _NOT_EXC = frozenset({"During", "The", "Traceback", "Original", "Process", "Exception",
@@ -114,7 +127,9 @@ EXIT_REPORT_WORDS = (
     r"|noticed that process rank \d|terminated normally, but \d+ process"
     r"|=   EXIT CODE: \d|process \d+ terminated with (?:exit code|signal)"
     r"|ProcessExitedException|exits with return code = -?[1-9]|returned non-zero exit status"
-    r"|line \d{1,6}: +\d{1,9} (?:Killed|Aborted|Segmentation fault|Bus error)")
+    r"|line \d{1,6}: +\d{1,9} (?:Killed|Aborted|Segmentation fault|Bus error)"
+    r"|Terminating process \d{1,10} via signal SIG[A-Z]{3,6}|Killing subprocess \d{1,10}"
+    r"|Process \d{1,7} exit with status code -?[1-9]|status failed cmd \[.{0,4000}\] code [1-9]")
 _EXIT_REPORT_RE = re.compile(EXIT_REPORT_WORDS)
 EXIT_NOTICE_SECONDS = 5.0
 """An exit report read up to this long before a traceback's exception line is taken as the
@@ -162,6 +177,10 @@ _IGNORED_RE = re.compile(
 _THREAD_RE = re.compile(r"^Exception in thread (?!\")\S.{0,120}:\s*$")
 _DASHES_RE = re.compile(r"^(?:-{40,}|={40,})\s*$")
 _UNITTEST_RE = re.compile(r"^(?:ERROR|FAIL): \w")
+# A record a native logger wrote (c10's ``[W compiler_depend.ts:51]``, glog's ``W0719 ...
+# socket.cpp:432]``): it names a C/C++ source, so it cannot be the Python logger that printed
+# the traceback after it.
+_NATIVE_RECORD_RE = re.compile(r"[\w.-]\.(?:c|cc|cpp|cxx|cu|h|hpp|ts|rs|go):\d{1,6}\]")
 
 _PROGRESS = ProgressParser()
 MAX_FRAMES = 200
@@ -229,14 +248,43 @@ def frame_line(text: str) -> bool:
     return _FRAME_RE.match(text) is not None
 
 
+def unmarked(text: str) -> str:
+    """``text`` without the markup a page wraps around a quoted line (``**...**``, a backtick
+    span), or ``text`` as it is."""
+    m = _MARKUP_RE.match(text)
+    return m.group("inner") if m is not None else text
+
+
 def bare_exception(text: str) -> Exc | None:
     """The exception a line names on its own (no traceback before it), or None.
 
-    A wrapper's prefix (``UnfilteredStackTrace: RuntimeError: ...``) is kept in the message.
+    A wrapper's prefix (``UnfilteredStackTrace: RuntimeError: ...``) is kept in the message;
+    markup around the line (``**pkg.FooError: message**``) is not part of it.
     """
+    text = unmarked(text)
     if _BARE_RE.match(text) is None:
         return None
     return parse_exception(text)
+
+
+def flattened(text: str) -> tuple[list[Frame], Exc] | None:
+    """The frames and the exception of a traceback flattened onto one stripped line, or None.
+
+    The line must start as a traceback does (its header or its first frame), name at least
+    one frame, and end on an exception line after its last frame.
+    """
+    if _FLAT_START_RE.match(text) is None:
+        return None
+    found = list(_FLAT_FRAME_RE.finditer(text))
+    if not found:
+        return None
+    start = _FLAT_EXC_RE.search(text, found[-1].end())
+    if start is None:
+        return None
+    frames = [Frame(m.group("path").strip(), int(m.group("line")), m.group("func"))
+              for m in found]
+    exc = parse_exception(text[start.end():].strip())
+    return (frames, exc) if exc is not None else None
 
 
 def parse_exception(text: str) -> Exc | None:
@@ -261,6 +309,7 @@ class _Tb:
     frames: list[Frame] = field(default_factory=list)
     exception: Exc | None = None
     frame_indent: int | None = None
+    top: Frame | None = None  # its outermost frame (``frames`` keeps the innermost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +332,7 @@ class Preceding:
         if _DASHES_RE.match(prev) and len(before) > 1 and _UNITTEST_RE.match(before[-2]):
             return cls(quiet="test harness")
         level = level_of(prev)
-        if level in ("debug", "info", "warning"):
+        if level in ("debug", "info", "warning") and _NATIVE_RECORD_RE.search(prev) is None:
             return cls(quiet=f"logged at {level}")
         return cls()
 
@@ -337,9 +386,11 @@ class TracebackReport(Report):
     kind = "traceback"
 
     def __init__(self, first: LineIn, preceding: Preceding, *, window: int, hold: float,
-                 now: float, group: bool = False, exc: Exc | None = None) -> None:
+                 now: float, group: bool = False, exc: Exc | None = None,
+                 frames: list[Frame] | None = None) -> None:
         """``first`` is the header, or the first frame of a traceback whose header was cut
-        off (it is read as a frame), or ``exc``'s line for an exception printed alone."""
+        off (it is read as a frame), or ``exc``'s line for an exception printed alone (with
+        ``frames``: a traceback flattened onto that one line)."""
         super().__init__(first, now + hold)
         self.preceding = preceding
         self.window = window
@@ -357,8 +408,12 @@ class TracebackReport(Report):
         self.continued = ""
         self.ended = ""
         self.linked = False  # a chain marker was read since the last exception line
+        self.after_frame = False  # the last line read was a frame (its source line may follow)
         if exc is not None:
             self.tbs[0].exception = Exc(exc.cls, exc.message, first, exc.inner)
+            if frames:
+                self.tbs[0].frames = frames[-MAX_FRAMES:]
+                self.tbs[0].top = frames[0]
             self.state = "after"
         elif HEADER_RE.search(first.text) is None:
             self.feed(first, now)
@@ -368,12 +423,13 @@ class TracebackReport(Report):
     # -- reading ---------------------------------------------------------------------------
 
     def feed(self, line: LineIn, now: float) -> bool:
-        consumed = self._read(line, now)
+        was_frame, self.after_frame = self.after_frame, False
+        consumed = self._read(line, now, after_frame=was_frame)
         if consumed and self.state == "frames":
             self.lines.append(line.text)
         return consumed
 
-    def _read(self, line: LineIn, now: float) -> bool:
+    def _read(self, line: LineIn, now: float, *, after_frame: bool = False) -> bool:
         text = line.text
         if self.envelope and _DIGITS_RE.sub("0", text[:len(self.envelope)]) == self.envelope:
             text = text[len(self.envelope):]
@@ -408,6 +464,9 @@ class TracebackReport(Report):
                 tb.frame_indent = indent
             found = _frame(frame)
             if found is not None:
+                if tb.top is None:
+                    tb.top = found
+                self.after_frame = True
                 tb.frames.append(found)
                 if len(tb.frames) > MAX_FRAMES:
                     del tb.frames[: len(tb.frames) - MAX_FRAMES]
@@ -428,6 +487,8 @@ class TracebackReport(Report):
             self.after = 0
             self.deadline = now + self.hold
             return True
+        if after_frame and tb.frame_indent == 0 and stripped:
+            return True  # frames printed without their indentation: the frame's source line
         self.noise += 1
         if self.noise > 8:
             self.finished = True  # not a traceback after all (or hopelessly interleaved)
@@ -479,7 +540,22 @@ class TracebackReport(Report):
 
     def held(self) -> int | None:
         exc = self._last()
-        return exc.line.offset if exc is not None and not self.preceding.quiet else None
+        return exc.line.offset if exc is not None and not self._quiet() else None
+
+    def _quiet(self) -> str:
+        """Why the lines before the header say this traceback ended nothing ("" if they do
+        not). A logger's record before it does not hold for a chain whose last traceback
+        starts at ``<module>``: a logger prints the frames from where the exception was caught,
+        so the chain's last exception was raised while handling the first and caught by
+        nothing below the top of the program; the record before it was about something else
+        (a single traceback from ``<module>`` may be a module-level ``except`` that logged it,
+        and stays quiet)."""
+        quiet = self.preceding.quiet
+        if quiet.startswith("logged at ") and len(self.tbs) > 1:
+            top = self.tbs[-1].top
+            if top is not None and top.func == "<module>":
+                return ""
+        return quiet
 
     # -- the verdict -------------------------------------------------------------------------
 
@@ -494,8 +570,9 @@ class TracebackReport(Report):
         last = self._last()
         if last is None:
             return Outcome(None, "no exception line")
-        if self.preceding.quiet:
-            return Outcome(None, self.preceding.quiet)
+        quiet = self._quiet()
+        if quiet:
+            return Outcome(None, quiet)
         if not last.failure:
             return Outcome(None, f"{last.cls} is not a failure")
         if self.continued and not self.ended:
