@@ -33,7 +33,12 @@ from sigwatch.detectors.base import (
 from sigwatch.detectors.generic._text import Frame, clip, literal_first, mask, signal_name
 from sigwatch.detectors.generic.checks import FailedCheck, NcclTable, match_check
 from sigwatch.detectors.generic.codes import Code, CodeTable
-from sigwatch.detectors.generic.native import Crash, match_crash
+from sigwatch.detectors.generic.native import (
+    BacktraceReport,
+    Crash,
+    backtrace_start,
+    match_crash,
+)
 from sigwatch.detectors.generic.records import Record, classify, level_of, parse_any
 from sigwatch.detectors.generic.tracebacks import (
     EXIT_NOTICE_SECONDS,
@@ -80,14 +85,17 @@ exception without a frame of the user's code does not)."""
 # own, ``templates.SHAPE_LITERALS``: one alternation shared with the novel-error detector) and
 # one-letter levels of glog/absl/c10 (``E1120 12:00:00``, ``[E321 02:07:08``), TensorFlow
 # (``E path/file.cc:12]``), c10 (``[E socket.cpp:610]``), TensorRT (``[E] ``), ``[ERR]`` and
-# Ray's spdlog (``E 4567 89]``, ``C`` for critical). Every branch starts with a byte the trie
-# already starts on, so the pass has no more candidate positions than the trie alone.
+# Ray's spdlog (``E 4567 89]``, ``C`` for critical); Horovod's ``Process 3 exit with status
+# code 250``, DeepSpeed's ``Killing subprocess N`` fan-out and a gdb frame in ``raise ()``
+# (``__GI_raise (sig=6)``). Every branch starts with a byte the trie already starts on, so the
+# pass has no more candidate positions than the trie alone.
 # The same patterns gate ``_shapes`` on each line's text, in both drivers: a line no interest
 # selects never starts a shape, so the per-chunk driver (which never sees it) and the per-line
 # one agree by construction, and lines read while following a traceback skip the shapes at once.
 _INTEREST = re.compile(
     rb"E(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9]|\] |RR\]| [0-9]+ [0-9]+\])"
-    rb"|F(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9])|C [0-9]+ [0-9]+\]")
+    rb"|F(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9])|C [0-9]+ [0-9]+\]"
+    rb"|exit with status code|Killing subprocess [0-9]|raise \(")
 _EVERY_LINE = re.compile(rb"^(?!\Z)", re.M)
 
 _HARNESS_RE = re.compile(r"={3,} test session starts ={3,}|^-{3,} Captured (?:stdout|stderr|log) "
@@ -149,6 +157,9 @@ class _StreamState:
     info_times: list[float] = field(default_factory=list)
     # Records that are information only unless the process ends right after them.
     pending: list[_Pending] = field(default_factory=list)
+    # The last launcher's exit report on this stream (line number, text): an error record
+    # just after it is that launcher's account of the end.
+    exit_seen: tuple[int, str] | None = None
 
     def following(self) -> bool:
         return bool(self.reports) or self.table is not None or bool(self.pending)
@@ -263,6 +274,8 @@ class GenericDetector:
         # The latest exit report read per (source, job): monotonic time and its line.
         self._exits: OrderedDict[tuple[str, str], tuple[float, str]] = OrderedDict()
         self._groups: dict[tuple[str, str], set[int]] = {}  # (source, job) -> stream handles
+        # When a process of each (source, job) was last reported ended (a traceback, a crash).
+        self._ends: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     # -- the protocol ---------------------------------------------------------------------------
 
@@ -404,6 +417,7 @@ class GenericDetector:
         now = self.clock.monotonic()
         if exit_report(line.text) and _selected(line.text):
             self._exit_reported(st, line.text, now)
+            st.exit_seen = (line.lineno, clip(line.text, 160))
         out = self._read(st, line, before, now)
         if self._exits and st.reports:
             seen = self._exits.get(st.group)
@@ -488,7 +502,13 @@ class GenericDetector:
         if NcclTable.header(text):
             st.table = NcclTable(text)
             return []
+        if backtrace_start(text):
+            out = self._close_rank(st, line.rank)
+            st.reports[line.rank] = BacktraceReport(line, hold=self.hold, now=now)
+            return out
         crash = match_crash(text)
+        if crash is not None and crash.kind == "exit" and self._explained(st, now):
+            crash = None  # the exit report of a failure already read: its evidence, not news
         if crash is not None:
             if crash.quiet or (crash.kernel and st.content == "job"):
                 return []  # Ctrl-C; a kernel message quoted in a job's output
@@ -523,6 +543,16 @@ class GenericDetector:
             return self._emit(st, self._record(st, record, line, now, codes))
         return []
 
+    def _explained(self, st: _StreamState, now: float) -> bool:
+        """True when a process of ``st``'s job was just seen failing (a traceback being read
+        or reported, a crash): a launcher's report of a failure status is then its end."""
+        ended_at = self._ends.get(st.group)
+        if ended_at is not None and now - ended_at <= self.hold + EXIT_NOTICE_SECONDS:
+            return True
+        return any(isinstance(report, TracebackReport)
+                   for handle in self._groups.get(st.group, ())
+                   for report in self._streams[handle].reports.values())
+
     def _close_rank(self, st: _StreamState, rank: str | None) -> list[Detection]:
         """Finish what is open on ``rank`` before another reading starts there."""
         report = st.reports.pop(rank, None)
@@ -552,6 +582,9 @@ class GenericDetector:
             crash = Crash("abort", 6, summary)
             return self._emit(st, self._crash(st, crash, report.line, fold_window=False,
                                               what=what))
+        if isinstance(report, BacktraceReport):
+            return self._emit(st, self._crash(st, report.crash(), report.line,
+                                              frame=report.culprit()))
         return []
 
     def _traceback(self, outcome: Outcome) -> _Found:
@@ -602,7 +635,7 @@ class GenericDetector:
                               ("shape", "faulthandler" if frame is not None else "native_crash")))
 
     def _crash(self, st: _StreamState, crash: Crash, line: LineIn, *, fold_window: bool = True,
-               what: str = "") -> _Found | None:
+               what: str = "", frame: str = "") -> _Found | None:
         if fold_window:
             if line.lineno <= st.crash_until:
                 return None
@@ -610,8 +643,12 @@ class GenericDetector:
         captures: list[tuple[str, str]] = [("kind", crash.kind)]
         if crash.signal is not None:
             captures.append(("signal", signal_name(crash.signal)))
+        if crash.status is not None:
+            captures.append(("status", str(crash.status)))
         if what:
             captures.append(("what", what))
+        if frame:
+            captures.append(("frame", frame))
         if crash.kind == "exit":
             severity, title = Severity.WARNING, "Process Exited With A Failure Status"
         elif crash.fatal:
@@ -619,7 +656,8 @@ class GenericDetector:
         else:
             severity, title = Severity.INFO, "Process Stopped By A Signal"
         facts = [*captures, *self._code_facts(what or line.text)]
-        key = "|".join(("crash", crash.kind, str(crash.signal), mask(what or crash.summary)))
+        key = "|".join(("crash", crash.kind, str(crash.signal),
+                        mask(what or frame or crash.summary)))
         return _Found(NATIVE_CRASH, title, severity, line, "native_crash", key,
                       _with_summary(_CRASH_REMEDY, crash.summary), captures=tuple(captures),
                       facts=tuple(facts),
@@ -693,11 +731,22 @@ class GenericDetector:
         if found is None or not self._fresh(st, found.key):
             return []
         out: list[Detection] = []
+        seen = st.exit_seen
+        if found.wait and seen is not None and 0 <= found.line.lineno - seen[0] <= RECORD_WINDOW:
+            # just after a launcher reported a child's end (or began killing the rest): the
+            # record is its account of that end
+            found = dataclasses.replace(found, severity=Severity.WARNING, wait=False,
+                                        facts=(*found.facts, ("ended", seen[1])))
         if found.wait:  # information only, unless the process ends right after it
             if len(st.pending) >= MAX_PENDING:
                 out.extend(self._settle(st, "overflow"))
             st.pending.append(_Pending(found, self.clock.monotonic() + self.hold))
             return out
+        if found.severity >= Severity.WARNING and found.shape in _ENDINGS:
+            self._ends[st.group] = self.clock.monotonic()
+            self._ends.move_to_end(st.group)
+            while len(self._ends) > MAX_EXIT_GROUPS:
+                self._ends.popitem(last=False)
         if st.pending and found.severity >= Severity.WARNING and found.shape in _ENDINGS:
             out.extend(self._settle(st, "ended", clip(found.line.text, 160)))  # they came first
         out.append(self._detection(st, found))

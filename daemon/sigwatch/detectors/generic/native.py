@@ -15,7 +15,17 @@ The forms come from the code that prints them:
 - Go and Rust runtimes: ``panic: ...``, ``fatal error: ...``, ``thread 'main' panicked at``;
 - launchers reporting a child that died of a signal: ``exited with signal 9``, ``died with
   <Signals.SIGKILL: 9>``, torchrun's ``exitcode  : -9`` and ``Signal 6 (SIGABRT) received by
-  PID``, ``exit code 137``, mpirun's ``exited on signal 11``, ``MPI_ABORT was invoked``.
+  PID``, ``exit code 137``, mpirun's ``exited on signal 11``, ``MPI_ABORT was invoked``;
+  or with a failure status (kind ``exit``): torchrun's ``failed (exitcode: 1)``, DeepSpeed's
+  ``exits with return code = 1``, Horovod's ``Process 3 exit with status code 250.``, Paddle's
+  ``Container rank 0 status failed cmd [...] code 1``, srun's ``Exited with exit code 2``;
+- debuggers: gdb's ``Thread 1 "python" received signal SIGABRT``, lldb's ``stop reason =
+  signal SIGSEGV``, and a gdb backtrace through ``abort ()`` / ``raise ()`` /
+  ``std::terminate()`` (``BacktraceReport``: named by its innermost frame outside the C and
+  C++ runtimes).
+
+The shell's report is read through markup a page puts around it (``**Killed**``) and glued to
+the end of a progress bar that ended without a newline (``3/8 [00:02<00:03,  1.28it/s]Killed``).
 
 A signal someone sends to stop a process (SIGTERM, SIGINT, SIGHUP, SIGUSR*) is not a crash: it is
 reported at info level, and a child that exits on SIGINT (Ctrl-C) not at all.
@@ -27,8 +37,9 @@ import re
 from dataclasses import dataclass
 
 from sigwatch.detectors.generic._text import SIGNALS, clip, signal_name
+from sigwatch.detectors.generic.tracebacks import LineIn, Report, unmarked
 
-__all__ = ["Crash", "match_crash"]
+__all__ = ["BacktraceReport", "Crash", "backtrace_start", "match_crash"]
 
 # Signals that mean the process crashed or was killed hard; the rest are a stop request.
 CRASH_SIGNALS = frozenset({4, 5, 6, 7, 8, 9, 11, 24, 25, 31})
@@ -56,6 +67,7 @@ class Crash:
     signal: int | None
     summary: str
     kernel: bool = False  # a kernel message: only news where the kernel says it
+    status: int | None = None  # the exit status a launcher reported (kind ``exit``)
 
     @property
     def fatal(self) -> bool:
@@ -80,6 +92,11 @@ _SHELL_RE = re.compile(
     + _SHELL_WORD + r"(?P<core> ?\((?:core dumped|核心已转储)\))?(?:(?: {2,}|\t)\S.{0,300})?$"
     # zsh: "zsh: segmentation fault (core dumped)  python x.py", "[1]  1234 killed  python"
     r"|^(?:zsh: |\[\d{1,4}\] +\d{1,10} )" + _ZSH_WORD + r"(?: \(core dumped\))? +\S")
+# The shell's report glued to the end of a progress bar (tqdm's ``n/N [elapsed<left, rate]``)
+# that was redrawn with ``\r`` and never ended its line before the process died.
+_GLUED_RE = re.compile(
+    r"\d/\d{1,12} \[[\d:<?]{4,24}(?:, [^\]]{0,60})?\]" + _SHELL_WORD
+    + r"(?P<core> ?\((?:core dumped|核心已转储)\))?\s*$")
 _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(rx)) for kind, rx in (
         ("abort", (r"terminate called (?:after throwing an instance of '(?P<what>[^']{1,200})'"
@@ -96,7 +113,9 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("check", r"(?:^|[\]:] )(?:CHECK|Check) failed: (?P<what>\S.{0,200})"),
         # glibc's __assert_fail (and CUDA's device-side assert, which prints the same way)
         ("check", r"Assertion [`'](?P<what>.{1,200})' failed\.?\s*$"),
-        ("signal", r"Program received signal (?P<sig>SIG[A-Z]{2,6})"),
+        # gdb (``Program received signal``, ``Thread 1 "python" received signal``) and lldb
+        ("signal", (r"(?:Program|Thread \d{1,6}(?: \"[^\"]{0,60}\")?) received signal "
+                    r"(?P<sig>SIG[A-Z]{2,6})|stop reason = signal (?P<sig2>SIG[A-Z]{2,6})")),
         ("signal", r"\bSignal (?P<num>\d{1,2}) \((?P<sig>SIG[A-Z]{2,6})\) received by PID"),
         ("signal", (r"(?:exited|died|terminated|killed|was killed|exits?) (?:with|by|on) "
                     r"(?:the )?signal[: ]+(?:(?P<sig>SIG[A-Z]{2,6})|-?(?P<num>\d{1,2})\b"
@@ -129,6 +148,16 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # Kubernetes: a container the kernel killed for memory, or restarting in a loop
         ("signal", r"\b(?P<oom>OOMKilled)\b"),
         ("exit", r"\bCrashLoopBackOff\b|Back-off restarting failed container"),
+        # a launcher's report of a child that ended with a failure status (its own words)
+        ("exit", (r"failed \(exitcode: ?(?P<st1>[1-9]\d{0,2})\)"
+                  r"|^\s*exitcode\s*: (?P<st2>[1-9]\d{0,2}) \(pid"
+                  r"|exits with return code = (?P<st3>[1-9]\d{0,2})\b"
+                  r"|Process \d{1,7} exit with status code (?P<st4>[1-9]\d{0,2})\b"
+                  r"|Container rank \d{1,7} status failed cmd \[.{0,4000}?\] code "
+                  r"(?P<st5>[1-9]\d{0,2})\b"
+                  r"|process \d{1,7} terminated with exit code (?P<st6>[1-9]\d{0,2})\b"
+                  r"|tasks? [\d,-]{1,200}: Exited with exit code (?P<st7>[1-9]\d{0,2})\b"
+                  r"|=   EXIT CODE: (?P<st8>[1-9]\d{0,2})\b")),
         ("runtime_panic", r"^panic: (?P<what>\S.{0,200})$"),
         ("runtime_panic", r"^fatal error: (?P<what>\S.{0,200})$"),
         ("runtime_panic", r"thread '[^']{0,80}' panicked at"),
@@ -147,7 +176,8 @@ _PHRASE_HINTS = re.compile("|".join(re.escape(hint) for hint in (
     "Assertion ", "signal", "Signal", "exit", "return", "MPI_", "Abort(", "Killed process",
     "segfault at", "general protection fault", "divide error", "invalid opcode",
     "stack segment", "int3", "process exited", "OOMKilled", "CrashLoopBackOff",
-    "Back-off restarting", "panic", "fatal error: ", "Exception in thread")))
+    "Back-off restarting", "panic", "fatal error: ", "Exception in thread",
+    "status failed cmd", "EXIT CODE")))
 
 
 def _number(name: str | None, num: str | None) -> int | None:
@@ -160,7 +190,7 @@ def _number(name: str | None, num: str | None) -> int | None:
 
 def match_crash(text: str, *, hints: bool = True) -> Crash | None:
     """The crash ``text`` reports, or None (``hints=False``: try every phrase, for tests)."""
-    m = _SHELL_RE.search(text)
+    m = _SHELL_RE.search(text) or _SHELL_RE.search(unmarked(text)) or _GLUED_RE.search(text)
     if m is not None:
         word = (m.group("word") or m.group("zword") or "").lower()
         number = _SHELL_WORDS.get(word, 5 if word == "trace trap" else None)
@@ -172,7 +202,13 @@ def match_crash(text: str, *, hints: bool = True) -> Crash | None:
         if found is None:
             continue
         groups = found.groupdict()
-        number = _number(groups.get("sig"), groups.get("num"))
+        number = _number(groups.get("sig") or groups.get("sig2"), groups.get("num"))
+        if kind == "exit":
+            status = next((int(v) for k, v in groups.items() if k.startswith("st") and v), None)
+            if status is not None and status - 128 in SIGNALS:
+                number = status - 128  # 137: a shell's way of saying SIGKILL
+                return Crash("signal", number, clip(f"{signal_name(number)}: {text}", 200))
+            return Crash("exit", None, clip(text, 200), status=status)
         if groups.get("sword"):
             number = _SHELL_WORDS.get(str(groups["sword"]).lower())
         if groups.get("code"):
@@ -191,3 +227,90 @@ def match_crash(text: str, *, hints: bool = True) -> Crash | None:
                                                             or groups.get("ktrap"))
         return Crash(kind, number, clip(summary, 200), kernel=kernel)
     return None
+
+
+# gdb's backtrace: ``#1  0x000014753985ae05 in abort () from /lib64/libc.so.6``, ``#0
+# __GI_raise (sig=sig@entry=6) at ../sysdeps/unix/sysv/linux/raise.c:50``; a long frame goes on
+# on the next line (``   from /path/lib.so``, ``    at file.cc:12``).
+_GDB_FRAME_RE = re.compile(
+    r"^#\d{1,4} +(?:0x[0-9a-fA-F]{1,16} in )?(?P<func>\S.{0,600}?)"
+    r"(?: from (?P<lib>\S{1,400})| at (?P<src>\S{1,400}))?\s*$")
+_GDB_MORE_RE = re.compile(r"^\s+(?:from ?(?P<lib>\S{1,400})|at (?P<src>\S{1,400}))\s*$")
+# The functions a process dies through on an abort: the C library's, the C++ runtime's.
+_FATAL_FUNC_RE = re.compile(
+    r"^(?:__GI_)?(?:raise|abort)\b|^__pthread_kill|^pthread_kill\b|^std::terminate\(\)"
+    r"|^__GI___pthread_kill|^(?:__GI_)?__assert_fail")
+_RUNTIME_FUNC_RE = re.compile(
+    r"^(?:__GI_|__libc_|__pthread_|pthread_kill|raise|abort|std::terminate|std::rethrow"
+    r"|std::__|__cxxabiv1::|__gnu_cxx::|__cxa_|_Unwind_|__assert_fail|__fortify_fail"
+    r"|__stack_chk_fail|__malloc_|malloc_printerr|_int_free|_int_malloc|start_thread\b"
+    r"|clone3?\b|execute_native_thread_routine|\?\?)")
+_RUNTIME_LIB_RE = re.compile(
+    r"/lib(?:c|pthread|stdc\+\+|gcc_s|m|dl|rt)[.-][^/]*$|/ld-linux[^/]*$|\.\./sysdeps/"
+    r"|^(?:abort|raise|assert|pthread_kill)\.c:")
+
+
+def backtrace_start(text: str) -> bool:
+    """True for a gdb backtrace frame of a function a process dies through (``abort``,
+    ``raise``, ``std::terminate``, ``__pthread_kill``, ``__assert_fail``)."""
+    m = _GDB_FRAME_RE.match(text)
+    return m is not None and _FATAL_FUNC_RE.match(m.group("func")) is not None
+
+
+def _function(func: str) -> str:
+    """A gdb frame's function without its argument list: ``fi_cq_read (cq=0x1, count=1)`` is
+    ``fi_cq_read``; ``ns::f() ()`` is ``ns::f()``."""
+    func = func.strip()
+    if not func.endswith(")"):
+        return func
+    depth = 0
+    for i in range(len(func) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(func[i], 0)
+        if depth == 0:
+            return func[:i].rstrip() or func
+    return func
+
+
+class BacktraceReport(Report):
+    """A gdb backtrace through an abort: its frames, read until a line that is not one."""
+
+    kind = "backtrace"
+
+    def __init__(self, first: LineIn, *, hold: float, now: float) -> None:
+        super().__init__(first, now + hold)
+        self.line = first
+        self.frames: list[tuple[str, str]] = []  # (function, library or source), innermost first
+        self.feed(first, now)
+
+    def feed(self, line: LineIn, now: float) -> bool:
+        _ = now
+        more = _GDB_MORE_RE.match(line.text)
+        if more is not None and self.frames:
+            func, _where = self.frames[-1]
+            self.frames[-1] = (func, more.group("lib") or more.group("src") or "")
+            return True
+        m = _GDB_FRAME_RE.match(line.text)
+        if m is None:
+            self.finished = True
+            return False
+        if len(self.frames) < 64:
+            self.frames.append((_function(m.group("func")), m.group("lib") or m.group("src")
+                                or ""))
+        return True
+
+    def held(self) -> int | None:
+        return self.line.offset
+
+    def culprit(self) -> str:
+        """The innermost frame outside the C and C++ runtimes ("" if every frame is theirs)."""
+        for func, where in self.frames:
+            if _RUNTIME_FUNC_RE.match(func) or (where and _RUNTIME_LIB_RE.search(where)):
+                continue
+            lib = where.rsplit("/", 1)[-1]
+            return clip(f"{func} ({lib})" if lib else func, 200)
+        return ""
+
+    def crash(self) -> Crash:
+        culprit = self.culprit()
+        summary = f"abort in {culprit}" if culprit else "abort"
+        return Crash("abort", 6, clip(f"{summary}: {self.line.text.strip()}", 200))
