@@ -269,3 +269,146 @@ class TestPhraseHints:
         assert len(found) > 60
         for line in lines:
             assert native.match_crash(line, hints=False) == native.match_crash(line), line
+
+
+class TestDebuggerBacktraces:
+    """gdb's ``bt`` of a process that died through ``abort``: the crash, named by the innermost
+    frame outside the C and C++ runtimes (what called into the abort)."""
+
+    def test_an_uncaught_cpp_exception_names_the_frame_that_rethrew_it(self) -> None:
+        """std::terminate -> abort -> raise are the runtime's; the next frame is the culprit,
+        its library from the continuation line."""
+        captures = _crash(text_of('''
+            (gdb) bt
+            #0  0x00007f0f8d981ae0 in raise () from /lib64/libc.so.6
+            #1  0x00007f0f8d982f88 in abort () from /lib64/libc.so.6
+            #2  0x00007f0f8e5c03d2 in __gnu_cxx::__verbose_terminate_handler() () from /lib64/libstdc++.so.6
+            #3  0x00007f0f8e5c7be3 in std::terminate() () from /lib64/libstdc++.so.6
+            #4  0x00007f0f8e5c9010 in MyServer::Worker::drain(int) ()
+               from /opt/app/lib/libworker.so
+            #5  0x00007f0f8e58c935 in start_thread () from /lib64/libpthread.so.0
+            '''))
+
+        assert {"kind": "abort", "signal": "SIGABRT",
+                "frame": "MyServer::Worker::drain(int) (libworker.so)"} == captures
+
+    def test_glibc_with_debug_symbols_and_source_locations(self) -> None:
+        """Newer glibc: ``__pthread_kill_implementation``, ``__GI_raise``, ``__GI_abort`` with
+        sources under sysdeps; the user's frame has its arguments and its source file."""
+        captures = _crash(text_of('''
+            #0  __pthread_kill_implementation (no_tid=0, signo=6, threadid=140) at ./nptl/pthread_kill.c:44
+            #1  0x00007ffff7c96e8f in __pthread_kill_internal (signo=6, threadid=<optimized out>) at ./nptl/pthread_kill.c:78
+            #2  0x00007ffff7c42476 in __GI_raise (sig=sig@entry=6) at ../sysdeps/posix/raise.c:26
+            #3  0x00007ffff7c287f3 in __GI_abort () at ./stdlib/abort.c:79
+            #4  0x0000555555555189 in check_batch (n=0) at /src/loader.c:12
+            #5  0x00005555555551b0 in main () at /src/loader.c:20
+            '''))
+
+        assert "check_batch (loader.c:12)" == captures["frame"]
+
+    def test_a_backtrace_without_an_abort_is_not_a_crash(self) -> None:
+        """A stack printed while attached to a live process (py-spy, a hang dump): no abort,
+        no raise, nothing ended."""
+        found = generic_scan(text_of('''
+            (gdb) bt
+            #0  0x00007f3a in __futex_abstimed_wait_common64 () from /lib64/libc.so.6
+            #1  0x00007f3b in pthread_cond_wait () from /lib64/libc.so.6
+            #2  0x00007f3c in c10d::ProcessGroupNCCL::WorkNCCL::wait() () from libtorch_cuda.so
+            '''))
+
+        assert [] == loud(found)
+
+    def test_a_python_raise_statement_is_not_a_gdb_frame(self) -> None:
+        """``raise (`` in source text starts nothing: a frame line starts with ``#N``."""
+        assert [] == loud(generic_scan("    raise (ValueError if strict else KeyError)(key)\n"))
+
+
+class TestShellReportsAsPagesAndTerminalsShowThem:
+    @pytest.mark.parametrize("line", [
+        "**Killed**",
+        "`Killed`",
+        "**Segmentation fault (core dumped)**",
+        "Loading checkpoint shards:  38%|██████▊           | 3/8 [00:02<00:03,  1.28it/s]Killed",
+        "100%|██████████| 10/10 [00:01<00:00,  9.12it/s]Segmentation fault (core dumped)",
+        "Epoch 3:  12%|█▏        | 120/1000 [01:02<07:38]Bus error",
+    ], ids=lambda v: v[:40])
+    def test_the_report_through_markup_or_glued_to_a_progress_bar(self, line: str) -> None:
+        """A page's bold or code span; a tqdm bar redrawn with ``\\r`` that never ended its
+        line before the shell reported the death."""
+        assert _crash(line + "\n")["kind"] == "signal"
+
+    @pytest.mark.parametrize("line", [
+        "**Killed 3 stale workers**",
+        "10/10 [00:01<00:00, 9.12it/s] Killed 3 stale workers",
+        "Loading checkpoint shards: 100%|██████████| 8/8 [00:09<00:00,  1.2s/it]",
+    ], ids=lambda v: v[:40])
+    def test_near_misses_stay_quiet(self, line: str) -> None:
+        """The word in a sentence, inside markup or after a bar; a bar that finished."""
+        assert [] == loud(generic_scan(line + "\n"))
+
+
+class TestLaunchersReportingAFailureStatus:
+    """A launcher's report that a child ended with a failure status is a failure of its own,
+    even with no traceback in view: a warning naming the status."""
+
+    @pytest.mark.parametrize(("line", "status"), [
+        ("Process 3 exit with status code 250.", "250"),
+        ("Container rank 0 status failed cmd ['/opt/conda/bin/python', '-u', 'train.py'] code 1 "
+         "log log/workerlog.0", "1"),
+        ("[2023-07-20 15:45:13,982] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', "
+         "'-u', 'main.py'] exits with return code = 1", "1"),
+        ("torch.distributed.elastic.multiprocessing.api:failed (exitcode: 2) local_rank: 0 "
+         "(pid: 812) of binary: /usr/bin/python3", "2"),
+        ("srun: error: gpu-07: tasks 0-3: Exited with exit code 2", "2"),
+        ("=   EXIT CODE: 9", "9"),
+    ], ids=lambda v: v[:40])
+    def test_a_failure_status_is_a_warning_naming_it(self, line: str, status: str) -> None:
+        d = only(generic_scan(line + "\n"), CRASH)
+        assert Severity.WARNING == d.severity
+        assert {"kind": "exit", "status": status} == dict(d.captures)
+
+    @pytest.mark.parametrize(("line", "signal"), [
+        ("[ERROR] [launch.py:321:sigkill_handler] ['python', 'x.py'] exits with return code = -7",
+         "SIGBUS"),
+        ("Process 1 exit with status code 137.", "SIGKILL"),
+    ], ids=lambda v: v[:40])
+    def test_a_signal_status_is_a_crash_naming_the_signal(self, line: str, signal: str) -> None:
+        """Negative codes are signals; 128+N is a shell's way of saying signal N."""
+        assert signal == _crash(line + "\n")["signal"]
+
+    @pytest.mark.parametrize("line", [
+        "Process 3 exit with status code 0.",
+        "torch.distributed.elastic.multiprocessing.api:failed (exitcode: 0) local_rank: 0",
+        "  exitcode  : 0 (pid: 1234)",
+        "Container rank 0 status completed cmd ['python', 'x.py'] code 0 log log/workerlog.0",
+        "LAUNCH INFO 2023-08-17 16:45:31,524 Pod completed",
+        "=   EXIT CODE: 0",
+    ], ids=lambda v: v[:40])
+    def test_a_clean_end_stays_quiet(self, line: str) -> None:
+        assert [] == loud(generic_scan(line + "\n"))
+
+    def test_with_its_traceback_in_view_the_status_is_that_failures_end(self) -> None:
+        """One failure, one detection: the traceback, with the report as its evidence."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/job/train.py", line 9, in <module>
+                main()
+            ValueError: boom
+            Process 0 exit with status code 1.
+            '''))
+
+        d = only(found, "generic_traceback")
+        assert "Process 0 exit with status code 1." == dict(d.facts)["ended"]
+        assert [] == [x for x in found if x.signature == CRASH]
+
+    def test_an_error_record_after_the_launcher_killed_its_children_is_a_warning(self) -> None:
+        """DeepSpeed's ``Killing subprocess N`` fan-out, then its error record (cut before it
+        names the status): the launcher's account of a child's end."""
+        found = generic_scan(text_of('''
+            [2023-07-20 15:45:13,980] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 3966
+            [2023-07-20 15:45:13,982] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', '--local_rank=1', '--deepspeed', 'ds.json', '--per_device_eva
+            '''))
+
+        d = only(found, "generic_error_record")
+        assert Severity.WARNING == d.severity
+        assert "Killing subprocess 3966" in dict(d.facts)["ended"]
