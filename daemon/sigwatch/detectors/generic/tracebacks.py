@@ -4,8 +4,9 @@ A ``TracebackReport`` opens on ``Traceback (most recent call last):`` wherever i
 line (torchrun's failure table puts it after ``traceback :``), collects frames, and reads the
 exception line: the first line indented less than the frames, whatever its class
 (``AssertionError``, ``StopIteration: ...``, ``hydra.errors.InstantiationException: ...``,
-``ray.exceptions.RayTaskError(ValueError): ...``). Then it stays open for a window of lines of
-the same rank, during which:
+``ray.exceptions.RayTaskError(ValueError): ...``). Frames printed at column 0 keep their source
+lines; a traceback flattened onto one line is read by ``flattened``. Then it stays open for a
+window of lines of the same rank, during which:
 
 - another traceback (``During handling of the above exception``, ``The above exception was the
   direct cause``, ``Original Traceback``, ``concurrent.futures`` ``_RemoteTraceback``,
@@ -17,7 +18,9 @@ the same rank, during which:
 It fires when the window ends, the stream ends, or ``hold`` seconds pass, unless the process
 went on (and nothing said it ended), the exception is not a failure (``KeyboardInterrupt``,
 ``SystemExit: 0``), or the traceback was only logged (``WARNING:...`` / ``INFO`` just before
-it), ignored (``Exception ignored in:``) or printed by a test harness.
+it: not a native logger's record, which names a C/C++ source, nor before a chain whose last
+traceback starts at ``<module>``), ignored (``Exception ignored in:``) or printed by a test
+harness.
 
 ``FaultReport`` reads CPython's faulthandler dump after ``Fatal Python error: ...``: the frames
 of the current thread, most recent first. ``TerminateReport`` waits one line for the
