@@ -242,7 +242,12 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
      "Container rank 0 status failed cmd ['python', '-u', 'x.py'] code 1 log log/workerlog.0",
      "process 2 terminated with exit code 1",
      "srun: error: gpu-07: tasks 0-3: Exited with exit code 2",
-     "=   EXIT CODE: 9"),
+     "=   EXIT CODE: 9",
+     "trainer-1 exited with code 1",
+     "2024-05-01 12:00:00,000 INFO exited: trainer (exit status 2; not expected)",
+     "mpirun detected that one or more processes exited with non-zero status, thus causing",
+     "Primary job  terminated normally, but 1 process returned"),
+    ("2024-05-01 12:00:00,000 INFO exited: trainer (terminated by SIGKILL; not expected)",),
     ("panic: runtime error: invalid memory address or nil pointer dereference",),
     ("fatal error: concurrent map writes",),
     ("thread 'main' panicked at src/main.rs:10:5:",),
@@ -361,16 +366,28 @@ class TestLaunchersReportingAFailureStatus:
          "(pid: 812) of binary: /usr/bin/python3", "2"),
         ("srun: error: gpu-07: tasks 0-3: Exited with exit code 2", "2"),
         ("=   EXIT CODE: 9", "9"),
+        ("trainer-1 exited with code 3", "3"),
+        ("2024-05-01 12:00:00,000 INFO exited: trainer (exit status 2; not expected)", "2"),
     ], ids=lambda v: v[:40])
     def test_a_failure_status_is_a_warning_naming_it(self, line: str, status: str) -> None:
         d = only(generic_scan(line + "\n"), CRASH)
         assert Severity.WARNING == d.severity
         assert {"kind": "exit", "status": status} == dict(d.captures)
 
+    def test_open_mpi_summary_without_the_status_on_its_line(self) -> None:
+        """``mpirun detected that one or more processes exited with non-zero status``."""
+        d = only(generic_scan("mpirun detected that one or more processes exited with non-zero "
+                              "status, thus causing\n"), CRASH)
+        assert Severity.WARNING == d.severity
+        assert {"kind": "exit"} == dict(d.captures)
+
     @pytest.mark.parametrize(("line", "signal"), [
         ("[ERROR] [launch.py:321:sigkill_handler] ['python', 'x.py'] exits with return code = -7",
          "SIGBUS"),
         ("Process 1 exit with status code 137.", "SIGKILL"),
+        ("trainer-1 exited with code 137", "SIGKILL"),
+        ("2024-05-01 12:00:00,000 INFO exited: trainer (terminated by SIGSEGV; not expected)",
+         "SIGSEGV"),
     ], ids=lambda v: v[:40])
     def test_a_signal_status_is_a_crash_naming_the_signal(self, line: str, signal: str) -> None:
         """Negative codes are signals; 128+N is a shell's way of saying signal N."""
@@ -383,6 +400,9 @@ class TestLaunchersReportingAFailureStatus:
         "Container rank 0 status completed cmd ['python', 'x.py'] code 0 log log/workerlog.0",
         "LAUNCH INFO 2023-08-17 16:45:31,524 Pod completed",
         "=   EXIT CODE: 0",
+        "trainer-1 exited with code 0",
+        "2024-05-01 12:00:00,000 INFO exited: trainer (exit status 0; expected)",
+        "2024-05-01 12:00:00,000 INFO exited: trainer (terminated by SIGTERM; not expected)",
     ], ids=lambda v: v[:40])
     def test_a_clean_end_stays_quiet(self, line: str) -> None:
         assert [] == loud(generic_scan(line + "\n"))

@@ -157,7 +157,14 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                   r"(?P<st5>[1-9]\d{0,2})\b"
                   r"|process \d{1,7} terminated with exit code (?P<st6>[1-9]\d{0,2})\b"
                   r"|tasks? [\d,-]{1,200}: Exited with exit code (?P<st7>[1-9]\d{0,2})\b"
-                  r"|=   EXIT CODE: (?P<st8>[1-9]\d{0,2})\b")),
+                  r"|=   EXIT CODE: (?P<st8>[1-9]\d{0,2})\b"
+                  # docker compose's and supervisord's reports of a service's end
+                  r"|^[\w.-]{1,80} +(?:\| +)?exited with code (?P<st9>[1-9]\d{0,2})\s*$"
+                  r"|exited: \S{1,80} \(exit status (?P<st10>[1-9]\d{0,2}); not expected\)"
+                  # Open MPI's summaries (the status is on a later line)
+                  r"|detected that one or more processes exited with non-zero status"
+                  r"|terminated normally, but \d{1,7} process(?:es)? returned")),
+        ("signal", r"exited: \S{1,80} \(terminated by (?P<sig>SIG[A-Z]{2,6}); not expected\)"),
         ("runtime_panic", r"^panic: (?P<what>\S.{0,200})$"),
         ("runtime_panic", r"^fatal error: (?P<what>\S.{0,200})$"),
         ("runtime_panic", r"thread '[^']{0,80}' panicked at"),
@@ -177,7 +184,7 @@ _PHRASE_HINTS = re.compile("|".join(re.escape(hint) for hint in (
     "segfault at", "general protection fault", "divide error", "invalid opcode",
     "stack segment", "int3", "process exited", "OOMKilled", "CrashLoopBackOff",
     "Back-off restarting", "panic", "fatal error: ", "Exception in thread",
-    "status failed cmd", "EXIT CODE")))
+    "status failed cmd", "EXIT CODE", "terminated normally")))
 
 
 def _number(name: str | None, num: str | None) -> int | None:
