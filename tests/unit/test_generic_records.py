@@ -402,11 +402,13 @@ class TestLevelsOutsideTheUsualPlace:
         "ERROR_LIBRARY_NOT_FOUND",
         "2024/01/02 10:00:00 Unable to mount /data on node7: permission denied",
         "2024/01/02 10:00:00 Cannot open checkpoint shard 3: input/output error",
+        "2024-01-02T10:00:00.123Z Failed to connect to the rendezvous store: connection reset",
+        "[2024-01-02 10:00:00,123] Unable to open /dev/infiniband/uverbs0: no such device",
     ], ids=lambda v: v[20:50])
-    def test_a_levelless_go_log_line_that_states_a_failure_and_its_cause(
+    def test_a_levelless_stamped_line_that_states_a_failure_and_its_cause(
             self, line: str) -> None:
-        """Go's standard log has no level: a message that says a failure in its first words
-        and names the cause after a colon is an error."""
+        """Go's standard log (and any stamp with no level) has no level: a message that says a
+        failure in its first words and names the cause after a colon is an error."""
         record = parse_record(line)
 
         assert record is not None
@@ -420,9 +422,12 @@ class TestLevelsOutsideTheUsualPlace:
         "2024/01/02 10:00:00 Failed to find the optional config",
         "2024/01/02 10:00:00 retry 3 of the job that Could not start: gone",
         "Could not start device plugin: context deadline exceeded (quoted in a README)",
+        "2024-01-02 10:00:00 Failed to load the fused Adam kernel: not built, falling back to "
+        "the PyTorch one",
+        "2024-01-02 10:00:00 Could not find optional plugin libnccl-net.so: skipping",
     ], ids=lambda v: v[:50])
     def test_other_levelless_lines_are_not_records(self, line: str) -> None:
-        """No failure in the first words, no cause named, or no Go log stamp."""
+        """No failure in the first words, no cause named, no stamp, or a fallback."""
         record = parse_any(line)
 
         assert record is None or record.form != "statement"

@@ -24,9 +24,10 @@ projects' own format strings:
 - libfabric's ``libfabric:PID:TS::prov:subsys:func():LINE<warn> msg``: libfabric has no error
   level (warn is its highest), so a warn record that reports an error status (``err: 5``,
   ``failed``, ``error``) is read as an error;
-- Go's standard ``log`` (``2018/11/27 03:44:12 msg``), which has no level: a message that says
-  a failure in its first words and names its cause (``Could not start X: <cause>``, ``Failed to
-  X: <cause>``) is read as an error (``form = "statement"``).
+- Go's standard ``log`` (``2018/11/27 03:44:12 msg``), which has no level, and any line of a
+  stamp and a message without a level: a message that says a failure in its first words and
+  names its cause (``Could not start X: <cause>``, ``Failed to X: <cause>``) is read as an error
+  (``form = "statement"``), unless it says what it does instead (skipping, falling back).
 """
 
 from __future__ import annotations
@@ -114,13 +115,17 @@ _LIBFABRIC_RE = re.compile(
 _LIBFABRIC_ERROR_RE = re.compile(
     r"(?i)\berr(?:no)?\s*[:=]\s*-?[1-9]|\berror\b|\bfail(?:ed|ure)?\b|\bunable to\b|\bcannot\b"
     r"|\bcould not\b")
-# Go's standard log (``log.LstdFlags``, optionally ``Lmicroseconds`` and ``Lshortfile``).
-_GOLOG_RE = re.compile(
-    r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? (?:[\w.-]{1,60}\.go:\d{1,6}: )?(?P<msg>\S.*)$")
-# A message that states a failure in its first words and names the cause after a colon.
+# A level-less line: Go's standard log (``log.LstdFlags``, optionally ``Lmicroseconds`` and
+# ``Lshortfile``) or an ISO 8601 stamp alone before the message.
+_STAMPED_RE = re.compile(
+    r"^(?:\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?"
+    r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?)"
+    r"\s+(?:[\w.-]{1,60}\.go:\d{1,6}: )?(?P<msg>\S.*)$")
+# A message that states a failure in its first words and names the cause after a colon; not
+# one that says what it does instead (a fallback is not a failure of the process).
 _STATEMENT_RE = re.compile(
     r"^(?:Could not|Couldn't|Failed to|Unable to|Cannot|Can't|Error (?:while|when)) "
-    r"[^:]{2,120}: \S")
+    r"[^:]{2,120}: (?!.*\b(?:skipping|ignoring|falling back|fall back|using default))\S")
 _LOGFMT_RE = re.compile(
     r"(?:^|\s)level=\"?(?P<L>[a-zA-Z]{3,9})\b")
 _LOGFMT_MSG_RE = re.compile(r"(?:^|\s)msg=(?:\"(?P<q>(?:[^\"\\]|\\.){0,500})\"|(?P<w>\S{1,200}))")
@@ -242,8 +247,8 @@ def _parse(text: str) -> Record | None:
     record = _header_record(text)
     if record is not None:
         return record
-    if head.isdigit() and text[4:5] == "/":
-        m = _GOLOG_RE.match(text)
+    if head.isdigit() or head == "[":
+        m = _STAMPED_RE.match(text)
         if m is not None:
             message = m.group("msg")
             if _STATEMENT_RE.match(message):
