@@ -133,6 +133,8 @@ class TestHealthCheckers:
         ("ERROR:  nhc:  Health check failed:  check_hw_ib:  No IB port mlx5_0:1 is ACTIVE",
          None),
         ("2024-05-01 10:00:00 health checks have failed on gpu-node-3 (2 of 9)", None),
+        ("[2024-05-01T10:00:00.123] error: health_check failed: rc:1 output:ERROR:  nhc:  "
+         "Health check failed:  check_gpu_xid: GPU Xid 79", None),
     ], ids=lambda v: v[:40] if v else "-")
     def test_a_failed_health_check_is_a_node_error(self, line: str, check: str | None) -> None:
         """NHC and the wrappers around it: a check that failed, or returned non-zero."""

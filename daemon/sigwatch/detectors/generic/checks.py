@@ -12,9 +12,10 @@
   header, see ``NcclTable``) and ``# Out of bounds values : N FAILED``;
 - compute-sanitizer / cuda-memcheck ``ERROR SUMMARY: N errors`` with N > 0; gpu-burn's
   ``FAULTY``;
-- health-check runners (LBNL NHC and the wrappers clouds ship around it: ``ERROR: nhc: Health
-  check failed: ...``, ``Node Health Checks failed - ... - Check check_x returned 127``): a
-  health check that failed, or a check that returned a non-zero status;
+- health-check runners (LBNL NHC, slurmd's ``error: health_check failed: rc:1 output:...``,
+  and the wrappers clouds ship around NHC: ``ERROR: nhc: Health check failed: ...``, ``Node
+  Health Checks failed - ... - Check check_x returned 127``): a health check that failed, or a
+  check that returned a non-zero status;
 - a device health table or key-value report whose overall health is not OK (``Overall Health:
   Warning``, ``Health: Critical``) or that counts error codes (``ErrorCode Num: 1``);
 - node labels a health checker sets (``autopilot.ibm.com/gpuhealth=EVICT``,
@@ -65,7 +66,7 @@ _SANITIZER_RE = re.compile(r"^=+ ERROR SUMMARY: (?P<n>\d+) errors?")
 # Health-check runners. Retries are answers to a poll, not a verdict; a counter at 0 says
 # nothing failed.
 _HEALTH_FAILED_RE = re.compile(
-    r"(?i)\bhealth ?checks? (?:has |have )?failed\b"
+    r"(?i)\bhealth[ _-]?checks? (?:has |have )?failed\b"
     r"(?!\s*(?:count|total|num(?:ber)?)?\s*[:=]\s*0\b)(?!.{0,80}\bretry)")
 _CHECK_RETURNED_RE = re.compile(
     r"\b[Cc]heck:? (?P<name>[\w.-]{2,80}) (?:returned|exited with|failed with)"
