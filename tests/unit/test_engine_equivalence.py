@@ -80,7 +80,8 @@ def _patterns(tmp_path_factory: pytest.TempPathFactory):
 
 # --- corpus --------------------------------------------------------------------------------
 
-_ANSI = [b"\x1b[31m", b"\x1b[0m", b"\x1b[1;32m", b"\x1b]0;title\x07", b"\x1b(", b"\x1b[2K"]
+_ANSI = [b"\x1b[31m", b"\x1b[0m", b"\x1b[1;32m", b"\x1b]0;title\x07", b"\x1b(", b"\x1b[2K",
+         b"#033[2m", b"#033[0m"]  # the last two: ESC as rsyslog escapes it
 _BAD = [b"\xff", b"\xe2\x96", b"\xc3", b"\x80\x80", b"\xed\xa0\x80"]
 
 

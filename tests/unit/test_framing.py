@@ -95,6 +95,12 @@ class TestNormalize:
         """Colour codes never reach a pattern."""
         assert [(None, "ERROR CUDA error")] == normalize("\x1b[1;31mERROR\x1b[0m CUDA error")
 
+    def test_ansi_colours_escaped_by_rsyslog_are_removed(self) -> None:
+        """rsyslog writes ESC as ``#033``: the colour codes go, a literal ``#033`` stays."""
+        assert [(None, "(raylet) [2023-09-25] worker died")] == normalize(
+            "#033[2m#033[33m(raylet)#033[0m [2023-09-25] worker died")
+        assert [(None, "issue #033 [wontfix]")] == normalize("issue #033 [wontfix]")
+
     def test_carriage_return_rewrite_splits_the_line(self) -> None:
         """An error glued to a tqdm bar is seen as its own line."""
         parts = normalize(" 45%|████▌ | 450/1000\rRuntimeError: CUDA error: boom")

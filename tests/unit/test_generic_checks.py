@@ -121,3 +121,86 @@ class TestPassingDiagnosticsAreQuiet:
     def test_a_fail_line_outside_a_diagnostic_item_is_not_a_check(self) -> None:
         """A bare FAIL needs the item line above it."""
         assert [] == [d for d in generic_scan("Summary:\n    FAIL\n") if d.signature == CHECK]
+
+
+class TestHealthCheckers:
+    """Health-check runners, device health reports and the node labels health checkers set."""
+
+    @pytest.mark.parametrize(("line", "check"), [
+        ("ERROR : Node Health Checks failed - viz3d-1 - AMS081063509028 - Check "
+         "check_nvsmi_healthmon returned 127", "check_nvsmi_healthmon returned 127"),
+        ("[node12] check gpu_count exited with code 1", "gpu_count returned 1"),
+        ("ERROR:  nhc:  Health check failed:  check_hw_ib:  No IB port mlx5_0:1 is ACTIVE",
+         None),
+        ("2024-05-01 10:00:00 health checks have failed on gpu-node-3 (2 of 9)", None),
+        ("[2024-05-01T10:00:00.123] error: health_check failed: rc:1 output:ERROR:  nhc:  "
+         "Health check failed:  check_gpu_xid: GPU Xid 79", None),
+    ], ids=lambda v: v[:40] if v else "-")
+    def test_a_failed_health_check_is_a_node_error(self, line: str, check: str | None) -> None:
+        """NHC and the wrappers around it: a check that failed, or returned non-zero."""
+        severity, captures, owner = _check(line + "\n")
+
+        assert (Severity.ERROR, "node", "health check") == (severity, owner, captures["tool"])
+        if check is not None:
+            assert check == captures["check"]
+
+    def test_a_device_health_table_with_error_codes(self) -> None:
+        """``asys health``: overall health Warning with one error code is a warning, read
+        with the health the row above states."""
+        severity, captures, owner = _check(text_of('''
+            asys health -d=0
+             +-------------------+------------------------------+
+             | Device ID: 0      | Overall Health: Warning      |
+             |                   | ErrorCode Num: 1             |
+             +===================+==============================+
+             | 0xa419321c        | lp pmbus error               |
+             +-------------------+------------------------------+
+            '''))
+
+        assert (Severity.WARNING, "node") == (severity, owner)
+        assert {"tool": "device health", "check": "1 error codes, health Warning"} == captures
+
+    @pytest.mark.parametrize(("line", "severity"), [
+        (" | Device ID: 3      | Overall Health: Critical     |", Severity.ERROR),
+        ("    Health: Alarm", Severity.ERROR),
+        ("  ErrorCode Num: 2", Severity.ERROR),
+    ], ids=lambda v: str(v)[:30])
+    def test_health_not_ok_or_error_codes_counted(self, line: str, severity: Severity) -> None:
+        assert severity == _check(line + "\n")[0]
+
+    @pytest.mark.parametrize("line", [
+        "Labels:             autopilot.ibm.com/dcgm.level.3=ERR_2024-11-04_09.32.03UTC_"
+        "page_retirement_row_remap.0",
+        "                          autopilot.ibm.com/gpuhealth=EVICT",
+        "node/gpu-7 labeled: example.com/gpu-diag=FAIL_pcie_bandwidth",
+        '  "nvidia.com/gpu.health": "ok", "acme.io/nodecheck=UNHEALTHY"',
+    ], ids=lambda v: v.strip()[:40])
+    def test_a_health_label_that_says_err_fail_evict_or_unhealthy(self, line: str) -> None:
+        """A health checker's verdict, as the node label it sets."""
+        severity, captures, owner = _check(line + "\n")
+
+        assert (Severity.ERROR, "node", "health label") == (severity, owner, captures["tool"])
+
+    def test_passing_health_output_is_quiet(self) -> None:
+        """Checks that returned 0, health OK, no error codes, labels that say PASS."""
+        found = generic_scan(text_of('''
+            Node Health Checks passed - viz3d-1 - Check check_nvsmi_healthmon returned 0
+            [node12] check gpu_count exited with code 0
+             | Device ID: 0      | Overall Health: OK           |
+             |                   | ErrorCode Num: 0             |
+            Labels:             autopilot.ibm.com/dcgm.level.3=PASS_2024-11-04_09.32.03UTC
+                                      autopilot.ibm.com/gpuhealth=PASS
+                                      autopilot.ibm.com/pcie-bw=ERROR_RATE_0
+            errors: 0 health check failed count: 0
+            '''))
+
+        assert [] == loud(found)
+
+    @pytest.mark.parametrize("line", [
+        "health check failed for pod web-1, retrying in 5s",
+        "export PYTHONWARNINGS=error_on_deprecated",
+        "stderr_file=ERR_LOG.txt",
+    ], ids=lambda v: v[:30])
+    def test_near_misses_are_not_failed_checks(self, line: str) -> None:
+        """A retry of a probe, and ERR/FAIL values of keys that are not about health."""
+        assert [] == [d for d in generic_scan(line + "\n") if d.signature == CHECK]

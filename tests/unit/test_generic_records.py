@@ -17,7 +17,7 @@ from support.generic import corpus_lines, generic_scan, loud, only, text_of
 from sigwatch.detectors.generic import detector, records, tracebacks
 from sigwatch.detectors.generic._text import literal_first
 from sigwatch.detectors.generic.codes import CodeTable
-from sigwatch.detectors.generic.records import classify, parse_record
+from sigwatch.detectors.generic.records import classify, parse_any, parse_record
 from sigwatch.model import Severity
 from sigwatch.patterns.loader import builtin_pattern_dir
 
@@ -349,3 +349,120 @@ class TestLiteralFirst:
             assert (was_continued.search(line) is not None) == tracebacks.continued(line), line
         assert sum(tracebacks.ended(line) for line in lines) > 20
         assert sum(tracebacks.continued(line) for line in lines) > 20
+
+
+class TestLevelsOutsideTheUsualPlace:
+    """Formats whose level is not at the start, or that have no level at all."""
+
+    @pytest.mark.parametrize(("line", "level", "source"), [
+        ("[1641461840.238519] [c-96-4-worker0001:3595 :0] rc_iface.c:492 UCX ERROR "
+         "ibv_create_srq() failed: Operation not supported", "error", "rc_iface.c"),
+        ("[1700000000.000001] [gpu7:81:1] ucp_worker.c:1720 UCX FATAL failed to allocate "
+         "memory pool", "fatal", "ucp_worker.c"),
+        ("[c-96-4-worker0001:03640] pml_ucx.c:291 Error: Failed to create UCP worker", "error",
+         "pml_ucx.c"),
+        ("[node3:12345] btl_tcp_endpoint.cpp:626 Error: connect() to 10.0.0.2 failed",
+         "error", "btl_tcp_endpoint.cpp"),
+    ], ids=lambda v: v[:40])
+    def test_a_level_after_a_c_source_location(self, line: str, level: str,
+                                               source: str) -> None:
+        """UCX (``file.c:NN MODULE LEVEL``) and Open MPI (``file.c:NN Error:``) put the level
+        after the location that printed it."""
+        record = parse_record(line)
+
+        assert record is not None
+        assert (level, source, "interconnect") == (record.level, record.source,
+                                                   classify(record))
+
+    @pytest.mark.parametrize(("line", "level"), [
+        ("libfabric:451707:1708520807::efa:cq:efa_rdm_txe_handle_error():737<warn> err: 5, "
+         "message: Invalid address (7)", "error"),
+        ("libfabric:9:1700000000::efa:ep_ctrl:efa_rdm_ep_open():301<warn> Failed to create "
+         "shm endpoint", "error"),
+        ("libfabric:1234:1700000000::core:core:fi_getinfo_():1020<warn> fi_getinfo: provider "
+         "verbs returned -61 (No data available)", "warning"),
+        ("libfabric:1234:1700000000::efa:core:efa_prov_info_set():95<info> using default "
+         "values", "info"),
+        ("libfabric:efa:cq:rxr_cq_handle_error():120<warn> unable to write error entry",
+         "error"),
+    ], ids=lambda v: v[:60])
+    def test_libfabric_warn_records_that_report_an_error_status_are_errors(
+            self, line: str, level: str) -> None:
+        """libfabric has no error level (warn is its highest): its errors are warn records
+        that report an error status; other warn records stay warnings."""
+        record = parse_any(line)
+
+        assert record is not None
+        assert level == record.level
+        assert "interconnect" == classify(record)
+
+    @pytest.mark.parametrize("line", [
+        "2018/11/27 03:44:27 Could not start device plugin: context deadline exceeded",
+        "2024/01/02 10:00:00.123456 main.go:88: Failed to initialize NVML: "
+        "ERROR_LIBRARY_NOT_FOUND",
+        "2024/01/02 10:00:00 Unable to mount /data on node7: permission denied",
+        "2024/01/02 10:00:00 Cannot open checkpoint shard 3: input/output error",
+        "2024-01-02T10:00:00.123Z Failed to connect to the rendezvous store: connection reset",
+        "[2024-01-02 10:00:00,123] Unable to open /dev/infiniband/uverbs0: no such device",
+    ], ids=lambda v: v[20:50])
+    def test_a_levelless_stamped_line_that_states_a_failure_and_its_cause(
+            self, line: str) -> None:
+        """Go's standard log (and any stamp with no level) has no level: a message that says a
+        failure in its first words and names the cause after a colon is an error."""
+        record = parse_record(line)
+
+        assert record is not None
+        assert ("error", "statement") == (record.level, record.form)
+
+    @pytest.mark.parametrize("line", [
+        "2018/11/27 03:43:50 Loading NVML",
+        "2018/11/27 03:44:00 Starting to serve on /var/lib/kubelet/device-plugins/nvidia.sock",
+        "2018/11/27 03:44:13 Could not contact Kubelet, retrying. Did you enable the device "
+        "plugin feature gate?",
+        "2024/01/02 10:00:00 Failed to find the optional config",
+        "2024/01/02 10:00:00 retry 3 of the job that Could not start: gone",
+        "Could not start device plugin: context deadline exceeded (quoted in a README)",
+        "2024-01-02 10:00:00 Failed to load the fused Adam kernel: not built, falling back to "
+        "the PyTorch one",
+        "2024-01-02 10:00:00 Could not find optional plugin libnccl-net.so: skipping",
+    ], ids=lambda v: v[:50])
+    def test_other_levelless_lines_are_not_records(self, line: str) -> None:
+        """No failure in the first words, no cause named, no stamp, or a fallback."""
+        record = parse_any(line)
+
+        assert record is None or record.form != "statement"
+
+    def test_a_repeated_go_log_failure_is_one_warning_of_its_component(self) -> None:
+        """The device plugin (a Kubernetes node component) cannot start, again and again."""
+        found = generic_scan(text_of('''
+            2018/11/27 03:44:00 Starting to serve on /var/lib/kubelet/device-plugins/nvidia.sock
+            2018/11/27 03:44:27 Could not start device plugin: context deadline exceeded
+            2018/11/27 03:44:27 Could not contact Kubelet, retrying. Did you enable the device plugin feature gate?
+            2018/11/27 03:45:15 Could not start device plugin: context deadline exceeded
+            '''))
+
+        record = only(found, RECORD)
+        assert Severity.WARNING == record.severity
+        assert "container_runtime" == dict(record.captures)["component"]
+
+    def test_logging_basic_format_behind_a_collectors_stamp(self) -> None:
+        """CloudWatch (and other collectors) put a stamp and a tab before ``ERROR:name:msg``:
+        the logger is still the source, and torch.distributed.elastic is the launcher."""
+        severity, captures = _record(
+            "2023-03-09T10:53:23.670-05:00\tERROR:torch.distributed.elastic.agent.server.api:"
+            "Error waiting on exit barrier. Elapsed: 315.7792458534241 seconds")
+
+        assert Severity.WARNING == severity
+        assert ("scheduler", "torch.distributed.elastic.agent.server.api") == (
+            captures["component"], captures["source"])
+        assert captures["template"].startswith("Error waiting on exit barrier")
+
+    def test_colours_escaped_by_rsyslog_are_removed_before_reading(self) -> None:
+        """rsyslog writes ESC as ``#033``: Ray's coloured prefix must not hide its record."""
+        severity, captures = _record(
+            "#033[2m#033[33m(raylet)#033[0m [2023-09-25 10:00:00,123 E 812 812] (raylet) "
+            "node_manager.cc:3007: 2 Workers (tasks / actors) killed due to memory pressure "
+            "(OOM)")
+
+        assert Severity.WARNING == severity
+        assert "node_manager.cc" == captures["source"]

@@ -52,13 +52,15 @@ def _rare_byte(variant: bytes) -> tuple[bytes, bytes, int]:
     return variant[k:k + 1], variant, k
 
 
-_SPECIAL_BYTES = ((b"\x1b", b"", 0), (b"\x00", b"", 0),
+_SPECIAL_BYTES = ((b"\x1b", b"", 0), (b"\x00", b"", 0), (b"#033[", b"", 0),
                   *(_rare_byte(v) for v in CASE_VARIANTS.values()))
 # Same grammar as framing.normalize.ANSI_RE, on the bytes of one line.
 _ANSI_BYTES_RE = re.compile(
     rb"\x1b\[[0-?]*[ -/]*[@-~]"
     rb"|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)"
     rb"|\x1b[@-Z\\-_]")
+# framing.normalize.SYSLOG_ANSI_RE: colours as rsyslog escapes them ("#033[2m").
+_SYSLOG_ANSI_BYTES_RE = re.compile(rb"#033\[[0-?]*[ -/]*[@-~]")
 
 
 def hyperscan_available() -> bool:
@@ -72,6 +74,8 @@ def hyperscan_available() -> bool:
 def _clean(line: bytes) -> bytes:
     if b"\x1b" in line:
         line = _ANSI_BYTES_RE.sub(b"", line)
+    if b"#033[" in line:
+        line = _SYSLOG_ANSI_BYTES_RE.sub(b"", line)
     if b"\x00" in line:
         line = line.replace(b"\x00", b"")
     return line

@@ -1,7 +1,9 @@
 """Make a raw line into the text patterns see.
 
-ANSI escape sequences are removed, NUL bytes dropped, a ``\\r`` progress-bar rewrite ends a
-line (so an error glued to a tqdm bar is still seen on its own), and a launcher prefix
+ANSI escape sequences are removed (and their rsyslog-escaped form, ``#033[2m``: rsyslog writes
+control characters as ``#`` and three octal digits), NUL bytes dropped, a ``\\r`` progress-bar
+rewrite ends a line (so an error glued to a tqdm bar is still seen on its own), and a launcher
+prefix
 (``[rank3]:``, ``[default0]:``, srun's ``3: ``, MPI's ``[1,3]<stderr>:``, Ray's
 ``(RayWorker pid=123)``, DeepSpeed's ``[Rank 0]``) is removed and kept as the rank.
 
@@ -28,6 +30,8 @@ ANSI_RE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"          # CSI: colours, cursor moves
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC: titles, hyperlinks
     r"|\x1b[@-Z\\-_]")                  # two-byte escapes
+# rsyslog's $EscapeControlCharactersOnReceive writes ESC as "#033": colours arrive as "#033[2m".
+SYSLOG_ANSI_RE = re.compile(r"#033\[[0-?]*[ -/]*[@-~]")
 # srun --label: only at the very start of the line (after srun's right-aligning blanks). A
 # number followed by ": " anywhere else is text ("retry 10: failed"), and "12:30:45" is a time.
 # A line cannot say whether "8080: bind failed" is task 8080 or a port, so task ids stop at
@@ -168,6 +172,8 @@ def parse_prefix(text: str, *, want_time: bool = False, year_hint: int | None = 
 def _parts(raw: str) -> list[str]:
     if "\x1b" in raw:
         raw = ANSI_RE.sub("", raw)
+    if "#033[" in raw:
+        raw = SYSLOG_ANSI_RE.sub("", raw)
     if "\x00" in raw:
         raw = raw.replace("\x00", "")
     parts = raw.split("\r") if "\r" in raw else [raw]

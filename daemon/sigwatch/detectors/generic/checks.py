@@ -11,11 +11,21 @@
 - nccl-tests: a non-zero ``#wrong`` column in the result table (read with the table's own
   header, see ``NcclTable``) and ``# Out of bounds values : N FAILED``;
 - compute-sanitizer / cuda-memcheck ``ERROR SUMMARY: N errors`` with N > 0; gpu-burn's
-  ``FAULTY``.
+  ``FAULTY``;
+- health-check runners (LBNL NHC, slurmd's ``error: health_check failed: rc:1 output:...``,
+  and the wrappers clouds ship around NHC: ``ERROR: nhc: Health check failed: ...``, ``Node
+  Health Checks failed - ... - Check check_x returned 127``): a health check that failed, or a
+  check that returned a non-zero status;
+- a device health table or key-value report whose overall health is not OK (``Overall Health:
+  Warning``, ``Health: Critical``) or that counts error codes (``ErrorCode Num: 1``);
+- node labels a health checker sets (``autopilot.ibm.com/gpuhealth=EVICT``,
+  ``.../dcgm.level.3=ERR_...``): a label whose name says health, diagnostics or checks and
+  whose value starts with ERR, FAIL, EVICT or UNHEALTHY.
 
 DCGM (``dcgmi diag`` tables and JSON, ``dcgmi health``) is read by the DCGM signatures; this
 module does not repeat them. Passing checks (``Pending : No``, ``Health OK``, ``PASS``,
-``#wrong 0``, ``0 errors``) stay quiet.
+``#wrong 0``, ``0 errors``, ``returned 0``, ``ErrorCode Num: 0``, ``gpuhealth=PASS``) stay
+quiet.
 """
 
 from __future__ import annotations
@@ -53,6 +63,24 @@ _JSON_RESULT_RE = re.compile(
     r"|Critical)\"")
 _OUT_OF_BOUNDS_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+FAILED")
 _SANITIZER_RE = re.compile(r"^=+ ERROR SUMMARY: (?P<n>\d+) errors?")
+# Health-check runners. Retries are answers to a poll, not a verdict; a counter at 0 says
+# nothing failed.
+_HEALTH_FAILED_RE = re.compile(
+    r"(?i)\bhealth[ _-]?checks? (?:has |have )?failed\b"
+    r"(?!\s*(?:count|total|num(?:ber)?)?\s*[:=]\s*0\b)(?!.{0,80}\bretry)")
+_CHECK_RETURNED_RE = re.compile(
+    r"\b[Cc]heck:? (?P<name>[\w.-]{2,80}) (?:returned|exited with|failed with)"
+    r"(?: (?:code|status|exit code))?:? (?P<n>-?\d{1,4})\b")
+# A device health report: a table cell or a key-value line (asys, npu-smi, vendor tools).
+_HEALTH_FIELD_RE = re.compile(
+    r"(?:^|\|)\s*(?:Overall |Device |Chip )?Health(?: Status)?\s*:\s*"
+    r"(?P<health>Alarm|Critical|Warning|Error|Fault|Abnormal|Unhealthy)\b")
+_ERROR_CODE_COUNT_RE = re.compile(
+    r"(?:^|\|)\s*Error ?Code ?(?:Num(?:ber)?|Count|Cnt)\s*:\s*(?P<n>\d{1,6})\b")
+# Node labels a health checker sets (``<prefix>/<name>=<value>``).
+_HEALTH_LABEL_RE = re.compile(
+    r"(?:^|[\s,{\"])(?P<label>(?:[\w.-]{1,120}/)?[\w.-]{0,60}(?:health|dcgm|diag|check|nhc)"
+    r"[\w.-]{0,60})=\"?(?P<value>(?:ERR|FAIL|EVICT|UNHEALTHY|Unhealthy|Failed)[\w.:-]{0,80})")
 _GPU_BURN_RE = re.compile(r"\bGPU \d{1,3}: FAULTY\b|^\s*\d{1,3}\.\d+%\s+proc'd:.*\bFAULTY\b")
 
 
@@ -88,6 +116,37 @@ def match_check(text: str, previous: str = "") -> FailedCheck | None:
         return FailedCheck("compute-sanitizer", f"{m.group('n')} errors", "error")
     if _GPU_BURN_RE.search(text):
         return FailedCheck("gpu-burn", "FAULTY", "error")
+    return _health_check(text, previous)
+
+
+def _health_check(text: str, previous: str) -> FailedCheck | None:
+    """Health-check runners, device health reports and health labels (see the docstring)."""
+    m = _CHECK_RETURNED_RE.search(text)
+    if m is not None:
+        if m.group("n") == "0":
+            return None
+        return FailedCheck("health check", clip(f"{m.group('name')} returned {m.group('n')}",
+                                                80), "error")
+    if _HEALTH_FAILED_RE.search(text):
+        return FailedCheck("health check", clip(text, 80), "error")
+    m = _HEALTH_FIELD_RE.search(text)
+    if m is not None:
+        health = m.group("health")
+        return FailedCheck("device health", f"health {health}",
+                           "warning" if health == "Warning" else "error")
+    m = _ERROR_CODE_COUNT_RE.search(text)
+    if m is not None:
+        if int(m.group("n")) == 0:
+            return None
+        health = _HEALTH_FIELD_RE.search(previous)
+        said = f", health {health.group('health')}" if health is not None else ""
+        return FailedCheck("device health", f"{m.group('n')} error codes{said}",
+                           "warning" if health is not None and health.group("health")
+                           == "Warning" else "error")
+    m = _HEALTH_LABEL_RE.search(text)
+    if m is not None:
+        return FailedCheck("health label", clip(f"{m.group('label')}={m.group('value')}", 120),
+                           "error")
     return None
 
 

@@ -85,17 +85,20 @@ exception without a frame of the user's code does not)."""
 # own, ``templates.SHAPE_LITERALS``: one alternation shared with the novel-error detector) and
 # one-letter levels of glog/absl/c10 (``E1120 12:00:00``, ``[E321 02:07:08``), TensorFlow
 # (``E path/file.cc:12]``), c10 (``[E socket.cpp:610]``), TensorRT (``[E] ``), ``[ERR]`` and
-# Ray's spdlog (``E 4567 89]``, ``C`` for critical); Horovod's ``Process 3 exit with status
-# code 250``, DeepSpeed's ``Killing subprocess N`` fan-out and a gdb frame in ``raise ()``
-# (``__GI_raise (sig=6)``). Every branch starts with a byte the trie already starts on, so the
-# pass has no more candidate positions than the trie alone.
+# Ray's spdlog (``E 4567 89]``, ``C`` for critical), health labels' values (``=ERR_...``,
+# ``=EVICT``, ``=UNHEALTHY``), libfabric's ``<warn>`` (its highest level: its errors are
+# logged there), Horovod's ``Process 3 exit with status code 250``, DeepSpeed's ``Killing
+# subprocess N`` fan-out and a gdb frame in ``raise ()`` (``__GI_raise (sig=6)``). Every branch
+# but ``<warn>`` starts with a byte the trie already starts on, so the pass has no more
+# candidate positions than the trie alone, and ``<`` only adds tqdm's ``[08:56<02:05`` (one
+# byte tried, then given up).
 # The same patterns gate ``_shapes`` on each line's text, in both drivers: a line no interest
 # selects never starts a shape, so the per-chunk driver (which never sees it) and the per-line
 # one agree by construction, and lines read while following a traceback skip the shapes at once.
 _INTEREST = re.compile(
-    rb"E(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9]|\] |RR\]| [0-9]+ [0-9]+\])"
-    rb"|F(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9])|C [0-9]+ [0-9]+\]"
-    rb"|exit with status code|Killing subprocess [0-9]|raise \(")
+    rb"E(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9]|\] |RR\]| [0-9]+ [0-9]+\]|RR_|VICT)"
+    rb"|F(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9])|C [0-9]+ [0-9]+\]|U(?:NHEALTHY|nhealthy)"
+    rb"|<warn> |exit with status code|Killing subprocess [0-9]|raise \(")
 _EVERY_LINE = re.compile(rb"^(?!\Z)", re.M)
 
 _HARNESS_RE = re.compile(r"={3,} test session starts ={3,}|^-{3,} Captured (?:stdout|stderr|log) "
@@ -712,8 +715,9 @@ class GenericDetector:
 
     def _check(self, check: FailedCheck, line: LineIn) -> _Found:
         captures = (("tool", check.tool), ("check", check.check))
-        owner = "node" if check.tool in ("nvidia-smi", "npu-smi", "ascend-dmi",
-                                         "gpu-burn") else "unknown"
+        owner = "node" if check.tool in ("nvidia-smi", "npu-smi", "ascend-dmi", "gpu-burn",
+                                         "health check", "device health",
+                                         "health label") else "unknown"
         severity = Severity.ERROR if check.severity == "error" else Severity.WARNING
         key = "|".join(("check", check.tool, mask(check.check)))
         return _Found(FAILED_CHECK, "Diagnostic Reports A Failed Check", severity, line,

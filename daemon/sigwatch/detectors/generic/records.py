@@ -18,7 +18,16 @@ projects' own format strings:
 - TensorRT / TensorRT-LLM: ``[TRT] [E] msg``, ``[TensorRT-LLM][ERROR] msg``;
 - Go: logrus / logfmt / slog ``level=error msg="..."``, zap JSON ``"level":"error"``;
 - programs: ``srun: error: msg``, ``slurmstepd: error: msg``, ``docker: Error response from
-  daemon: msg``, ``nvidia-container-cli: initialization error: msg``.
+  daemon: msg``, ``nvidia-container-cli: initialization error: msg``;
+- C libraries that put the level after the source location: UCX's ``[ts] [host:pid:tid]
+  rc_iface.c:492 UCX ERROR msg`` and Open MPI's ``[host:pid] pml_ucx.c:291 Error: msg``;
+- libfabric's ``libfabric:PID:TS::prov:subsys:func():LINE<warn> msg``: libfabric has no error
+  level (warn is its highest), so a warn record that reports an error status (``err: 5``,
+  ``failed``, ``error``) is read as an error;
+- Go's standard ``log`` (``2018/11/27 03:44:12 msg``), which has no level, and any line of a
+  stamp and a message without a level: a message that says a failure in its first words and
+  names its cause (``Could not start X: <cause>``, ``Failed to X: <cause>``) is read as an error
+  (``form = "statement"``), unless it says what it does instead (skipping, falling back).
 """
 
 from __future__ import annotations
@@ -92,6 +101,31 @@ _PROGRAM_RE = re.compile(
     r"(?P<L>error|fatal|ERROR|FATAL|Error|Fatal|warning|WARNING|Warning)"
     r"(?: response from daemon| \(\d{1,6}\))?: "
     r"(?P<msg>\S.*)$")
+# The level after a C source location: UCX (``[ts] [host:pid:tid] file.c:NN MODULE LEVEL msg``,
+# its levels from ucs/debug/log_def.h) and Open MPI's ``[host:pid] file.c:NN Error: msg``.
+_LOCATED_RE = re.compile(
+    r"^(?:\[[^\]\[]{1,80}\]\s*){1,3}(?P<src>[\w.+-]{1,80}\.(?:c|cc|cpp|cxx|h|hpp|cu|inl))"
+    r":\d{1,6}\s+(?:[A-Z][A-Z0-9_]{1,11}\s+)?"
+    r"(?P<L>FATAL|ERROR|WARN|WARNING|DIAG|INFO|DEBUG|TRACE|Fatal|Error|Warning|error|warning)"
+    r"(?::\s*|\s+)(?P<msg>\S.*)$")
+_LIBFABRIC_RE = re.compile(
+    r"^\s*libfabric:(?:\d{1,10}:\d{1,12}:)?(?:[^:\s]{0,40}:){1,3}(?P<src>[\w.]{1,80})\(\):"
+    r"\d{1,6}<(?P<L>[a-z]{3,8})>\s*(?P<msg>.*)$")
+# An error status in a libfabric warn record (libfabric logs its errors at warn).
+_LIBFABRIC_ERROR_RE = re.compile(
+    r"(?i)\berr(?:no)?\s*[:=]\s*-?[1-9]|\berror\b|\bfail(?:ed|ure)?\b|\bunable to\b|\bcannot\b"
+    r"|\bcould not\b")
+# A level-less line: Go's standard log (``log.LstdFlags``, optionally ``Lmicroseconds`` and
+# ``Lshortfile``) or an ISO 8601 stamp alone before the message.
+_STAMPED_RE = re.compile(
+    r"^(?:\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?"
+    r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?)"
+    r"\s+(?:[\w.-]{1,60}\.go:\d{1,6}: )?(?P<msg>\S.*)$")
+# A message that states a failure in its first words and names the cause after a colon; not
+# one that says what it does instead (a fallback is not a failure of the process).
+_STATEMENT_RE = re.compile(
+    r"^(?:Could not|Couldn't|Failed to|Unable to|Cannot|Can't|Error (?:while|when)) "
+    r"[^:]{2,120}: (?!.*\b(?:skipping|ignoring|falling back|fall back|using default))\S")
 _LOGFMT_RE = re.compile(
     r"(?:^|\s)level=\"?(?P<L>[a-zA-Z]{3,9})\b")
 _LOGFMT_MSG_RE = re.compile(r"(?:^|\s)msg=(?:\"(?P<q>(?:[^\"\\]|\\.){0,500})\"|(?P<w>\S{1,200}))")
@@ -115,6 +149,7 @@ _WORD_RE = re.compile(r"[A-Za-z_][\w.:/<>@=-]*")
 _LEAD_SEP_RE = re.compile(r"^[\s:\]|>)-]+")
 _WHERE_RE = re.compile(r"^\[(?P<src>[^\]\s]{1,120})\]\s*|^(?P<lsrc>[\w.<>]{1,80}):[\w.<>]{0,80}:"
                        r"\d{1,6} - |^\[(?P<hsrc>[\w.]{1,80}):\d{1,6}\]\s*")
+_BASIC_AFTER_RE = re.compile(r":(?P<src>[A-Za-z_][\w.]{0,99}):(?=\S)")
 MAX_PREFIX = 100
 
 
@@ -126,7 +161,12 @@ def _header_record(text: str) -> Record | None:
     words = _WORD_RE.findall(_STAMP_RE.sub(" ", prefix))
     if len(words) > 2 or (prefix and prefix[-1].isalnum()):
         return None
-    rest = _LEAD_SEP_RE.sub("", text[m.end():])
+    after = text[m.end():]
+    basic = _BASIC_AFTER_RE.match(after)
+    if basic is not None:  # ``logging``'s BASIC_FORMAT behind a collector's stamp
+        return Record(_level(m.group("L")), "python", basic.group("src"),
+                      after[basic.end():].strip())
+    rest = _LEAD_SEP_RE.sub("", after)
     src = words[-1].strip(":[]()") if words else ""
     where = _WHERE_RE.match(rest)
     if where is not None:
@@ -173,9 +213,20 @@ def _parse(text: str) -> Record | None:
             pre = m.group("pre").strip()
             src = pre[1:pre.index("]")]
             return Record(_level(m.group("L")), "bracket", src, m.group("msg").strip())
+        m = _LOCATED_RE.match(text)
+        if m is not None:
+            return Record(_level(m.group("L")), "located", m.group("src"),
+                          m.group("msg").strip())
     m = _PYTHON_RE.match(text)
     if m is not None:
         return Record(_level(m.group("L")), "python", m.group("src"), m.group("msg").strip())
+    if "libfabric:" in text[:24]:
+        m = _LIBFABRIC_RE.match(text)
+        if m is not None:
+            level, message = _level(m.group("L")), m.group("msg").strip()
+            if level == "warning" and _LIBFABRIC_ERROR_RE.search(message):
+                level = "error"
+            return Record(level, "libfabric", f"libfabric {m.group('src')}", message)
     if "level" in text:
         lf = _LOGFMT_RE.search(text)
         if lf is not None:
@@ -196,6 +247,13 @@ def _parse(text: str) -> Record | None:
     record = _header_record(text)
     if record is not None:
         return record
+    if head.isdigit() or head == "[":
+        m = _STAMPED_RE.match(text)
+        if m is not None:
+            message = m.group("msg")
+            if _STATEMENT_RE.match(message):
+                return Record("error", "statement", "", message.strip())
+            return None
     m = _COMPONENT_ERROR_RE.match(text)
     if m is not None:
         level = "fatal" if m.group("L").lower().startswith("fatal") else "error"
@@ -210,7 +268,8 @@ def _parse(text: str) -> Record | None:
 VOCABULARY_WORDS: tuple[tuple[str, str], ...] = (
     ("interconnect", (
      r"infiniband|\bib(?:_\w+|v\w*)?\b|\bmlx\d|\brdma|\broce\b|\befa\b|libfabric|\bofi\b"
-     r"|net/ofi|net/ib|\bfi_[a-z]|\bucx\b|nvlink|nvswitch|fabric ?manager|\bhccs\b"
+     r"|net/ofi|net/ib|\bfi_[a-z]|ucx|\bucp\b|\bucp_|\bbtl_|\bmtl_|nvlink|nvswitch"
+     r"|fabric ?manager|\bhccs\b"
      r"|\bcqe\b|port (?:down|flap)|link (?:is )?(?:down|flap)|\bqp\b|\bverbs\b|hccp|\broce")),
     ("storage", (
      r"\bnfs\d?\b|lustre|gpfs|beegfs|weka|ceph|\bs3\b|\bgcs\b|hdfs|\bblob\b|\bdisk\b"
@@ -219,13 +278,15 @@ VOCABULARY_WORDS: tuple[tuple[str, str], ...] = (
     ("container_runtime", (
      r"docker|containerd|cri-o|\bcrio\b|\brunc\b|podman|kubelet|\bpod\b|oci runtime"
      r"|nvidia-container|container toolkit|enroot|pyxis|singularity|apptainer|image pull"
-     r"|crashloopbackoff|back-off restarting")),
+     r"|crashloopbackoff|back-off restarting|device.plugin")),
     ("scheduler", (
      r"slurm|\bsrun\b|sbatch|scontrol|\bpbs\b|\blsf\b|torque|kube-scheduler|raylet"
-     r"|gcs_server|\byarn\b|torchelastic|elastic agent|rendezvous")),
+     r"|gcs_server|\byarn\b|torchelastic|elastic agent|distributed\.elastic|torchrun"
+     r"|rendezvous")),
     ("collective", (
      r"nccl|rccl|hccl|\bhcl\b|gloo|\bmpi\b|mpi_|oneccl|\bccl\b|c10d|processgroup"
-     r"|all_?reduce|all_?gather|reduce_?scatter|alltoall|collective|horovod|nvshmem")),
+     r"|all_?reduce|all_?gather|reduce_?scatter|alltoall|collective|horovod|nvshmem|\bpml_"
+     r"|\bcoll_")),
     ("accelerator_runtime", (
      r"cuda|cudnn|cublas|nvrtc|nvml|nvidia|\bgpus?\b|\bhip\b|rocm|\bhsa\b|miopen|rocblas"
      r"|amdgpu|\bxla\b|\btpus?\b|pjrt|\bnpus?\b|ascend|aicore|aicpu|\bacl\b|\bcann\b"
