@@ -62,6 +62,7 @@ from sigwatch.detectors.progress import (
     F_SKIPPED,
     R_ATTEMPTED,
     R_COST,
+    R_EPOCH,
     R_FLAGS,
     R_GRAD_NORM,
     R_KIND,
@@ -1896,6 +1897,13 @@ _NONFINITE_REMEDIATION = Remediation(
     action="fix_job_config",
 )
 _QUIET_ENDS_RUN = 10  # progress records without a halving that end a run of halvings
+# Training is under way (past any start-up search of the loss scale) once a progress record
+# shows this many optimiser steps, or a whole epoch done (Hugging Face's ``'epoch': x``).
+UNDER_WAY_STEP = 200
+UNDER_WAY_EPOCH = 1.0
+# Every common dynamic loss scaler starts its search at 2^16 (DeepSpeed, apex, torch) or above
+# (Megatron: 2^32): a run of halvings from below 2^15 is no fresh start-up search.
+SEARCH_FLOOR = 2.0 ** 15
 _COLLAPSE_REMEDIATION = Remediation(
     summary="The fp16 dynamic loss scale is halved record after record mid-run: the gradients "
             "overflow at almost every step, so the optimiser skips them (no training happens) "
@@ -1918,6 +1926,25 @@ _SCALE_REMEDIATION = Remediation(
     ),
     action="fix_job_config",
 )
+
+
+def _under_way(rec: ProgressRecord) -> bool:
+    """The record shows training well past its first steps (``UNDER_WAY_STEP``, an epoch)."""
+    step, epoch = rec[R_STEP], rec[R_EPOCH]
+    return ((step is not None and step >= UNDER_WAY_STEP)
+            or (epoch is not None and epoch >= UNDER_WAY_EPOCH))
+
+
+def _first_under_way(shape: Shape, idx: list[int]) -> int | None:
+    """The first of ``idx`` whose record shows training under way, or None."""
+    steps, epochs = shape.steps, shape.epochs
+    for i in idx:
+        step = steps[i]
+        if step is not None and step >= UNDER_WAY_STEP:
+            return i
+        if epochs is not None and (e := epochs[i]) is not None and e >= UNDER_WAY_EPOCH:
+            return i
+    return None
 
 
 def _skipped(text: str) -> bool:
@@ -1988,6 +2015,13 @@ class _Numbers:
     halving_step: int | None = None  # the step of the first of them
     collapse_fired: bool = False
     quiet: int = 0  # records without a halving since the last one
+    # every halving of the current run, settled or not (the position rule)
+    under_way: bool = False  # a record showed training under way (``_under_way``)
+    run_all: int = 0
+    run_from: float | None = None  # the scale before the run's first halving (or after it,
+    run_from_known: bool = False  # when no earlier scale was printed: then this is False)
+    run_step: int | None = None
+    bare_last: bool = False  # the last halving was an overflow line without its scale
 
     def held(self) -> None:
         """The scale held or grew: training is under way, a run of halvings ends."""
@@ -1996,6 +2030,8 @@ class _Numbers:
 
     def end_run(self) -> None:
         self.halvings, self.halving_from, self.halving_step = 0, None, None
+        self.run_all, self.run_from, self.run_step = 0, None, None
+        self.run_from_known = False
         self.collapse_fired = False
 
 
@@ -2126,6 +2162,9 @@ class BadNumbersDetector(_Base):
         scales_at = [(pos, sc) for pos, rec, _l, _p in items
                      if (sc := rec[R_LOSS_SCALE]) is not None and math.isfinite(sc)]
         for shape, idx in blocks:
+            if not st.under_way and (i := _first_under_way(shape, idx)) is not None:
+                rec = shape.record(i)  # the record that shows training under way: taken alone
+                events.append((_pos(shape.starts[i], rec[R_PART]), rec, _bulk_line(chunk, rec)))
             scales, skipped = shape.loss_scales, shape.skipped
             if skipped is None and not shape.scaled:
                 continue
@@ -2151,6 +2190,8 @@ class BadNumbersDetector(_Base):
             self._add(st, sums, -1, 1 << 62)
             return out
         events.sort(key=itemgetter(0))
+        if len(events) > 1:  # a record may be an event twice (under way and a new scale)
+            events = [e for k, e in enumerate(events) if k == 0 or e[0] != events[k - 1][0]]
         prev = -1
         for pos, rec, make in events:
             self._add(st, sums, prev, pos)
@@ -2269,48 +2310,91 @@ class BadNumbersDetector(_Base):
     def _collapse(self, info: StreamInfo, st: _Numbers, rec: ProgressRecord, overflow: bool,
                   replaying: bool, make_line: Callable[[], LogLine]) -> Detection | None:
         """The loss scale halved record after record mid-run (before ``_take`` moves the
-        scale): ``training_loss_scale_collapse`` once per run of halvings."""
+        scale): ``training_loss_scale_collapse`` once per run of halvings.
+
+        A halving is an overflow line or a lower scale. Not one: the same lowered scale
+        reported again right after (another rank without a prefix, a second logger line of
+        the same optimiser), an overflow whose scale is printed on another line or that the
+        scaler absorbed (hysteresis: the scale did not move). Mid-run means past the start-up
+        search: the scale held or grew once, or ``settled_records`` progress records without
+        a halving came first (the halvings since count), or training was shown under way (an
+        optimiser step of ``UNDER_WAY_STEP`` or a whole epoch, before or during the run) and
+        the run began below ``SEARCH_FLOOR`` (every halving of the run counts).
+        """
         scale, before = rec[R_LOSS_SCALE], st.scale
         if scale is not None and not math.isfinite(scale):
             scale = None
         attempted = rec[R_ATTEMPTED]
+        if _under_way(rec):
+            st.under_way = True
+        if overflow and scale is None and (attempted is not None or before is not None):
+            if attempted is not None and before is not None and attempted > before:
+                st.held()  # the scale grew since it was last seen
+            return None  # the scaler kept its scale (hysteresis), or it is on another line
+        if (overflow and scale is not None and scale == before
+                and (attempted is None or attempted <= scale or st.quiet == 0)):
+            return None  # the same halving reported again, or the scale kept
         if attempted is not None and before is not None and attempted > before:
             st.held()  # the scale grew since it was last seen
         halved = overflow or (scale is not None and before is not None and scale < before)
         if not halved:
             self._steady(st, 1, held=scale is not None and before is not None)
             return None
+        bare = scale is None and attempted is None
+        known = attempted if attempted is not None else before
+        start = known if known is not None else scale
+        if st.bare_last and st.quiet == 0:  # right after an overflow line without a scale
+            if not bare:  # its scale: the same halving
+                st.bare_last = False
+                if st.run_from is None:
+                    st.run_from, st.run_from_known = start, known is not None
+            return None  # or the same overflow line again (another rank)
+        st.bare_last = bare
         st.quiet = 0
-        if not (st.settled or st.good >= self.settled_records):
-            st.end_run()  # the start-up search: halving at the first steps is normal
-            return None
-        if st.halvings == 0:
-            st.halving_from = attempted if attempted is not None else before
-            st.halving_step = rec[R_STEP]
-        st.halvings += 1
-        if (st.halvings < self.halvings or st.collapse_fired
-                or not (st.settled or st.good >= self.settled_records)):
+        if st.run_all == 0:
+            st.run_step = rec[R_STEP]
+        if st.run_from is None:
+            st.run_from, st.run_from_known = start, known is not None
+        st.run_all += 1
+        settled = st.settled or st.good >= self.settled_records
+        if not settled:  # the start-up search: halving at the first steps is normal
+            st.halvings, st.halving_from, st.halving_step = 0, None, None
+        else:
+            if st.halvings == 0:
+                st.halving_from, st.halving_step = start, rec[R_STEP]
+            st.halvings += 1
+        by_settled = settled and st.halvings >= self.halvings
+        by_position = (st.under_way and st.run_all >= self.halvings
+                       and st.run_from is not None and st.run_from < SEARCH_FLOOR)
+        if st.collapse_fired or not (by_settled or by_position):
             return None
         st.collapse_fired = True
         if replaying:
             return None
+        count, since_from, since_step = (
+            (st.halvings, st.halving_from, st.halving_step) if by_settled
+            else (st.run_all, st.run_from, st.run_step))
+        first_only = not by_settled and not st.run_from_known  # "reducing to 512" came first
         now = scale if scale is not None else before
-        facts = [("halvings", str(st.halvings))]
-        if st.halving_from is not None:
-            facts.append(("loss_scale_from", _fmt_scale(st.halving_from)))
+        facts = [("halvings", str(count))]
+        if since_from is not None:
+            facts.append(("loss_scale_after_first" if first_only else "loss_scale_from",
+                          _fmt_scale(since_from)))
         if now is not None:
             facts.append(("loss_scale", _fmt_scale(now)))
-        if st.halving_step is not None:
-            facts.append(("since_step", str(st.halving_step)))
+        if since_step is not None:
+            facts.append(("since_step", str(since_step)))
         if rec[R_STEP] is not None:
             facts.append(("step", str(rec[R_STEP])))
-        fell = (f": {_fmt_scale(st.halving_from)} -> {_fmt_scale(now)}"
-                if st.halving_from is not None and now is not None else "")
+        fell = ""
+        if since_from is not None and now is not None:
+            fell = (f": down to {_fmt_scale(now)} ({_fmt_scale(since_from)} after the first)"
+                    if first_only else f": {_fmt_scale(since_from)} -> {_fmt_scale(now)}")
         return self._detection(
             info, make_line(), signature="training_loss_scale_collapse",
             title="Loss Scale Halved On Every Step", severity=Severity.WARNING,
             remediation=_COLLAPSE_REMEDIATION, facts=facts,
-            about=(f"fp16 loss scale halved {st.halvings} times in a row mid-run{fell}: the "
+            about=(f"fp16 loss scale halved {count} times in a row mid-run{fell}: the "
                    "optimiser skips the steps"))
 
     def _steady(self, st: _Numbers, count: int, *, held: bool) -> None:
@@ -2330,7 +2414,8 @@ class BadNumbersDetector(_Base):
             "series": {k: [s.bad, s.first_bad_step, sorted(s.which), s.fired,
                            s.since_overflow, s.scale, s.max_scale, s.scale_fired,
                            s.last_finite_loss, s.good, s.settled, s.halvings, s.halving_from,
-                           s.halving_step, s.collapse_fired, s.quiet]
+                           s.halving_step, s.collapse_fired, s.quiet, s.under_way, s.run_all,
+                           s.run_from, s.run_from_known, s.run_step, s.bare_last]
                        for k, s in self._series.items()},
         }
 
@@ -2349,4 +2434,9 @@ class BadNumbersDetector(_Base):
                 st.good, st.settled, st.halvings = int(good), bool(settled), int(halvings)
                 st.halving_from, st.halving_step = since_from, since_step
                 st.collapse_fired, st.quiet = bool(collapse_fired), int(quiet)
+            if len(raw) >= 22:  # the position rule's state (absent from older checkpoints)
+                under_way, run_all, run_from, run_from_known, run_step, bare_last = raw[16:22]
+                st.under_way, st.run_all, st.run_from = bool(under_way), int(run_all), run_from
+                st.run_from_known, st.run_step = bool(run_from_known), run_step
+                st.bare_last = bool(bare_last)
             self._series[str(key)] = st
