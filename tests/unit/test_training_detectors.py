@@ -740,3 +740,89 @@ class TestLossScaleCollapseUnderWay:
         driver.feed_lines(stream, lines)
 
         assert [] == driver.detections
+
+
+def _every_ten(losses: list[float], first: int) -> list[str]:
+    """Megatron lines logged every 10 iterations from ``first``."""
+    return [_megatron(first + 10 * k, x) for k, x in enumerate(losses)]
+
+
+class TestLossClimb:
+    """A loss that rises steeply on several logged lines in a row is a divergence as it
+    happens, before any baseline is doubled."""
+
+    def test_a_steep_steady_climb_names_the_iterations_and_the_figures(self) -> None:
+        """150 lines at ~6.7, then 6.37 -> 6.60 -> 7.31 -> 9.12 -> 10.24: one warning at the
+        fifth line, naming iterations 6900 to 6940 and every figure."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        before = _losses(150, level=6.9, noise=0.02)
+        climb = [6.365808, 6.598378, 7.314456, 9.121927, 10.23865]
+
+        driver.feed_lines(stream, _every_ten([*before, *climb], 5400))
+
+        found = _only(driver.detections, "training_loss_diverged")
+        assert 1 == len(found), [d.about for d in driver.detections]
+        facts = _facts(found[0])
+        assert ("climb", "6900", "6940", "4") == (facts["rule"], facts["since_step"],
+                                                  facts["step"], facts["rises"])
+        assert "6.366 -> 6.598 -> 7.314 -> 9.122 -> 10.24" == facts["losses"]
+        assert "warning" == found[0].severity.label
+
+    def test_a_log_that_starts_with_the_climb(self) -> None:
+        """Only the five climbing lines (an excerpt, a daemon started mid-run): one warning."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+
+        driver.feed_lines(stream, _every_ten([6.37, 6.60, 7.31, 9.12, 10.24], 6900))
+
+        assert 1 == len(_only(driver.detections, "training_loss_diverged"))
+
+    def test_a_climb_of_three_lines_that_turns_back_raises_nothing(self) -> None:
+        """A recovering spike: three rises (2.6 -> 4.4), then back to 2.5: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        losses = [*_losses(100, level=2.5), 2.8, 2.6, 3.1, 3.8, 4.4, 3.2, 2.7,
+                  *_losses(50, level=2.5)]
+
+        driver.feed_lines(stream, _every_ten(losses, 10))
+
+        assert [] == driver.detections
+
+    def test_a_rebound_within_the_noise_raises_nothing(self) -> None:
+        """A noisy loss (20 %) dips to half its level and climbs back in four rises: twice
+        where it began, but no higher than the loss already was: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        losses = [*_losses(100, level=1.0, noise=0.2), 0.5, 0.62, 0.75, 0.9, 1.05,
+                  *_losses(50, level=1.0, noise=0.2, seed=5)]
+
+        driver.feed_lines(stream, _every_ten(losses, 10))
+
+        assert [] == driver.detections
+
+    def test_noisy_bars_that_restart_every_epoch_raise_nothing(self) -> None:
+        """Lightning-style bars whose step starts at 1 each epoch (a new series each time),
+        loss noise of 40 %, each epoch after the first opening with four rises (0.6 -> 1.3)
+        inside that noise: the losses of the epochs before stay the yardstick; nothing."""
+        import random  # noqa: PLC0415
+
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        rng = random.Random(11)
+        lines = []
+        for epoch in range(12):
+            losses = [0.6, 0.75, 0.9, 1.1, 1.3] if epoch else []  # (the first: no history)
+            losses += [max(0.05, rng.gauss(1.0, 0.4)) for _ in range(100 - len(losses))]
+            for step, loss in enumerate(losses, 1):
+                lines.append(f"Epoch {epoch}:  {step:2d}%|█         | {step}/100 [00:10<00:20,"
+                             f" 3.20it/s, loss={loss:.3f}, v_num=0]")
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == _only(driver.detections, "training_loss_diverged")

@@ -42,6 +42,7 @@ drivers that feed lines one by one; both give the same detections
 from __future__ import annotations
 
 import math
+import operator
 import re
 import statistics
 from bisect import bisect_left, bisect_right
@@ -499,6 +500,13 @@ class _StepSeries:
     cool: int = 0
     stats: tuple[float, float] | None = None  # cached (median, scale) of the baseline
     stale: int = 0  # samples appended since ``stats`` was computed
+    # the steep climb (losses only): every recent value, the current rising run (its values
+    # and steps, capped), whether it fired, and the (max, median) of the values before it
+    recent: deque[float] = field(default_factory=deque)
+    climb_vals: list[float] = field(default_factory=list)
+    climb_steps: list[int | None] = field(default_factory=list)
+    climb_fired: bool = False
+    climb_prior: tuple[float, float] | None = None
 
     def robust(self, refresh_every: int) -> tuple[float, float]:
         """(median, robust scale) of the baseline, recomputed every few appends (it moves
@@ -526,7 +534,10 @@ class _StepSeries:
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "baseline": list(self.baseline), "seen": self.seen,
                 "run": self.run, "run_step": self.run_step, "regressed": self.regressed,
-                "hot_since_alert": self.hot_since_alert, "cool": self.cool}
+                "hot_since_alert": self.hot_since_alert, "cool": self.cool,
+                "recent": list(self.recent), "climb_vals": self.climb_vals,
+                "climb_steps": self.climb_steps, "climb_fired": self.climb_fired,
+                "climb_prior": list(self.climb_prior) if self.climb_prior else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -540,6 +551,23 @@ class _Fired:
     @classmethod
     def of(cls, s: _StepSeries) -> _Fired:
         return cls(s.metric, len(s.run), s.run_step)
+
+
+@dataclass(frozen=True, slots=True)
+class _Climb:
+    """A steep climb of the loss, taken when it fired: its figures and their steps."""
+
+    losses: tuple[float, ...]  # from the start of the climb to the line that fired (capped)
+    first_step: int | None
+    last_step: int | None
+    rises: int  # rises in a row up to the line that fired
+
+
+_CLIMB_CAP = 32  # values of a rising run kept (its first and the last ones)
+# No single rise makes more than this share of a climb: one jump is no climb (a jump that
+# stays is the doubled-and-stayed rule's case, one that does not is a spike).
+_CLIMB_SPREAD = 2 / 3
+_RISES: dict[int, re.Pattern[bytes]] = {}
 
 
 @dataclass(slots=True)
@@ -1106,10 +1134,27 @@ _DIVERGED_REMEDIATION = Remediation(
 )
 
 
+_CLIMB_REMEDIATION = Remediation(
+    summary="The training loss rose steeply on several logged steps in a row, to a new high: "
+            "the run is diverging (a learning-rate spike, bad data, an optimizer state gone "
+            "wrong) unless it turns back at once.",
+    steps=(
+        ("Watch the next logged steps; if the loss keeps rising, stop the run or roll back "
+         "to the last checkpoint from before the climb."),
+        ("Look at what changed where it began: learning-rate schedule (warm-up end, restart), "
+         "a new data shard, a resumed optimizer state."),
+        "Lower the learning rate or enable gradient clipping before resuming.",
+    ),
+    action="fix_job_config",
+)
+
+
 class LossTrendDetector(_Trend):
     """``training_loss_diverged``: the loss at least doubled over its own rolling median and
     stayed there for ``sustain`` progress lines in a row (a single spike, noise around a
-    falling loss, and the early fall of the loss raise nothing).
+    falling loss, and the early fall of the loss raise nothing); or it climbed steeply: it rose
+    on ``climb`` progress lines in a row to at least ``climb_ratio`` times where the climb
+    began, and above the recent losses by at least their own spread (see ``_climb_many``).
 
     One series per stream, rank and progress shape (a Megatron line's loss and a tqdm bar's
     are different figures); the same rolling median, robust z-score and sustain rule as the
@@ -1132,6 +1177,8 @@ class LossTrendDetector(_Trend):
         ratio: float = 2.0,
         sustain: int = 8,
         rebaseline: int = 100,
+        climb: int = 4,
+        climb_ratio: float = 1.5,
         host: str = "",
         status: str = "stable",
         metrics: SelfMetrics | None = None,
@@ -1139,7 +1186,80 @@ class LossTrendDetector(_Trend):
         super().__init__(clock, reader, host, metrics, status, window=window, warmup=warmup,
                          min_baseline=min_baseline, z=z, ratio=ratio, sustain=sustain,
                          rebaseline=rebaseline)
+        self.climb = climb
+        self.climb_ratio = climb_ratio
+        self._rises = _RISES.setdefault(climb, re.compile(b"\x01{%d,}" % climb))
         self._steps: dict[str, int] = {}  # series -> the last step it printed
+
+    def _new_series(self) -> _StepSeries:
+        return _StepSeries("loss", deque(maxlen=self.window),
+                           recent=deque(maxlen=self.window + self.climb + 1))
+
+    def _climb_many(self, s: _StepSeries, xs: list[float],
+                    step_of: Callable[[int], int | None]) -> list[tuple[int, _Climb]]:
+        """The steep-climb rule over ``xs`` in order (the run carried from earlier values
+        included); (index, climb) of each value that fired.
+
+        A climb is a run of losses each above the one before. It fires once, at the first
+        value that is ``climb`` rises or more into it, at least ``climb_ratio`` times its first
+        value, with no single rise more than ``_CLIMB_SPREAD`` of the whole (a steady climb,
+        not one jump), and at least as far above the largest of the ``window`` losses before
+        the climb as that largest is above their median (a new high by the window's own
+        spread: not a rebound within the noise). With no loss before it (a log that starts
+        there) the last condition holds. The rises are found in bulk (one comparison per value
+        in C, one regex over the flags); only runs long enough are looked at in Python.
+        """
+        vals = s.climb_vals
+        carried = len(vals)
+        ext = vals + xs
+        k = self.climb
+        fired: list[tuple[int, _Climb]] = []
+        recent = s.recent
+        base = len(recent) - carried  # index in ``recent + xs`` of ``ext[0]`` (uncapped)
+
+        def step_at(t: int) -> int | None:
+            return s.climb_steps[t] if t < carried else step_of(t - carried)
+
+        flags = bytes(map(operator.gt, ext[1:], ext[:-1]))  # flags[j]: ext[j+1] > ext[j]
+        end = len(ext) - 1
+        last_prior: tuple[float, float] | None = None
+        last_fired = False
+        for m in self._rises.finditer(flags):
+            a, b = m.start(), m.end()  # ext[a..b] rises all the way
+            carry_run = a == 0 and carried > 0
+            done = carry_run and s.climb_fired
+            prior = s.climb_prior if carry_run else None
+            for t in range(a + k, b + 1):
+                if prior is None:  # (max, median) of the losses before the climb
+                    seq = [*recent, *xs]
+                    at = max(base + a, 0)
+                    window = seq[max(at - self.window, 0):at]
+                    prior = ((max(window), statistics.median(window)) if window
+                             else (-math.inf, -math.inf))
+                if done or t < carried:
+                    continue
+                x, x0 = ext[t], ext[a]
+                high, mid = prior
+                if x0 > 0 and x >= self.climb_ratio * x0 and (
+                        high == -math.inf or x >= 2 * high - mid) and max(
+                        map(operator.sub, ext[a + 1:t + 1], ext[a:t])) <= _CLIMB_SPREAD * (x - x0):
+                    shown = ext[a:t + 1]
+                    if len(shown) > _CLIMB_CAP:
+                        shown = [shown[0], *shown[-_CLIMB_CAP + 1:]]
+                    fired.append((t - carried, _Climb(tuple(shown), step_at(a), step_at(t),
+                                                      t - a)))
+                    done = True
+            if b == end:  # the run goes on into the next values
+                last_prior, last_fired = prior, done
+        begin = flags.rfind(b"\x00") + 1  # the last rising run: ext[begin:]
+        run = list(range(begin, len(ext)))
+        if len(run) > _CLIMB_CAP:
+            run = [run[0], *run[-_CLIMB_CAP + 1:]]
+        s.climb_steps = [step_at(t) for t in run]
+        s.climb_vals = [ext[t] for t in run]
+        s.climb_prior, s.climb_fired = last_prior, last_fired
+        recent.extend(xs)
+        return fired
 
     def on_open(self, stream: StreamContext) -> None:
         return None
@@ -1159,7 +1279,10 @@ class LossTrendDetector(_Trend):
         series = self._series.get(skey)
         last = self._steps.get(skey)
         if series is None or (step is not None and last is not None and step < last):
-            series = self._series[skey] = _StepSeries("loss", deque(maxlen=self.window))
+            old = series
+            series = self._series[skey] = self._new_series()
+            if old is not None:  # the figure's recent level and noise: the climb's yardstick
+                series.recent.extend(old.recent)
             while len(self._series) > MAX_SERIES:
                 gone, _s = self._series.popitem(last=False)
                 self._steps.pop(gone, None)
@@ -1180,9 +1303,13 @@ class LossTrendDetector(_Trend):
         series = self._series_of(f"{info.key}\x1f{line.rank or '-'}\x1f{progress.kind}",
                                  progress.step)
         got = self._update(series, loss, progress.step)
-        if got is None or event.replaying:
+        climbs = self._climb_many(series, [loss], partial(_always, progress.step))
+        if event.replaying:
             return ()
-        return (self._diverged(info, line, progress, _Fired.of(series), got[0], got[1]),)
+        out = [self._climbed(info, line, progress, c) for _j, c in climbs]
+        if got is not None:
+            out.append(self._diverged(info, line, progress, _Fired.of(series), got[0], got[1]))
+        return out
 
     def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
         """As ``on_line`` for each delivered part, in order; a series read only by the
@@ -1223,8 +1350,8 @@ class LossTrendDetector(_Trend):
         in_order = len(self._series) + new > MAX_SERIES  # eviction order: line by line
         items: list[tuple[int, str, float, int | None, Callable[[], tuple[LogLine,
                                                                         Progress]]]] = []
-        fired: list[tuple[int, _Fired, float, float, Callable[[], tuple[LogLine,
-                                                                       Progress]]]] = []
+        fired: list[tuple[int, _Fired | _Climb, float, float,
+                          Callable[[], tuple[LogLine, Progress]]]] = []
         touched: list[tuple[int, str]] = []
         for (rank, kind), (blocks, recs) in groups.items():
             skey = f"{prefix}{rank or '-'}\x1f{kind}"
@@ -1234,10 +1361,15 @@ class LossTrendDetector(_Trend):
                 for seg in _runs(steps, idx, self._steps.get(skey)):  # split where steps go back
                     xs = [x for i in seg if (x := losses[i]) is not None]
                     series = self._series_of(skey, steps[seg[0]])
-                    for j, before, after, state in self._update_many(
-                            series, xs, partial(_step_at, steps, seg)):
+                    step_fn = partial(_step_at, steps, seg)
+                    for j, before, after, state in self._update_many(series, xs, step_fn):
                         i = seg[j]
                         fired.append((_pos(*shape.key(i)), state, before, after,
+                                      partial(_made, _bulk_line(chunk, shape.record(i)),
+                                              shape.record(i))))
+                    for j, climb in self._climb_many(series, xs, step_fn):
+                        i = seg[j]
+                        fired.append((_pos(*shape.key(i)), climb, 0.0, 0.0,
                                       partial(_made, _bulk_line(chunk, shape.record(i)),
                                               shape.record(i))))
                     last_step = next((st for i in reversed(seg)
@@ -1269,10 +1401,15 @@ class LossTrendDetector(_Trend):
                     for part_seg in _runs(steps, run, self._steps.get(skey)):
                         xs = [x for i in part_seg if (x := losses[i]) is not None]
                         series = self._series_of(skey, steps[part_seg[0]])
-                        for j, before, after, state in self._update_many(
-                                series, xs, partial(_step_at, steps, part_seg)):
+                        step_fn = partial(_step_at, steps, part_seg)
+                        for j, before, after, state in self._update_many(series, xs, step_fn):
                             i = part_seg[j]
                             fired.append((_pos(*shape.key(i)), state, before, after,
+                                          partial(_made, _bulk_line(chunk, shape.record(i)),
+                                                  shape.record(i))))
+                        for j, climb in self._climb_many(series, xs, step_fn):
+                            i = part_seg[j]
+                            fired.append((_pos(*shape.key(i)), climb, 0.0, 0.0,
                                           partial(_made, _bulk_line(chunk, shape.record(i)),
                                                   shape.record(i))))
                         last_step = next((st for i in reversed(part_seg)
@@ -1286,9 +1423,11 @@ class LossTrendDetector(_Trend):
                 assert loss is not None
                 series = self._series_of(skey, rec[R_STEP])
                 got = self._update(series, loss, rec[R_STEP])
+                made_part = partial(_made, _part_line(info, line, part), rec)
                 if got is not None:
-                    fired.append((pos, _Fired.of(series), got[0], got[1],
-                                  partial(_made, _part_line(info, line, part), rec)))
+                    fired.append((pos, _Fired.of(series), got[0], got[1], made_part))
+                for _j, climb in self._climb_many(series, [loss], partial(_always, rec[R_STEP])):
+                    fired.append((pos, climb, 0.0, 0.0, made_part))
                 last_pos = pos
             touched.append((last_pos, skey))
         items.sort(key=itemgetter(0))
@@ -1297,18 +1436,45 @@ class LossTrendDetector(_Trend):
             got = self._update(series, loss, step)
             if got is not None:
                 fired.append((pos, _Fired.of(series), got[0], got[1], made))
+            for _j, climb in self._climb_many(series, [loss], partial(_always, step)):
+                fired.append((pos, climb, 0.0, 0.0, made))
             touched.append((pos, skey))
         for _at, skey in sorted(touched):
             if skey in self._series:
                 self._series.move_to_end(skey)
         out: list[Detection] = []
         replay_below = chunk.replay_below - chunk.base
-        for pos, state, before, after, made in sorted(fired, key=itemgetter(0)):
+        for pos, what, before, after, make in sorted(fired, key=itemgetter(0)):
             if (pos >> _PART_BITS) < replay_below:
                 continue
-            log_line, progress = made()
-            out.append(self._diverged(info, log_line, progress, state, before, after))
+            log_line, progress = make()
+            if isinstance(what, _Climb):
+                out.append(self._climbed(info, log_line, progress, what))
+            else:
+                out.append(self._diverged(info, log_line, progress, what, before, after))
         return out
+
+    def _climbed(self, info: StreamInfo, line: LogLine, progress: Progress,
+                 climb: _Climb) -> Detection:
+        first, last = climb.losses[0], climb.losses[-1]
+        ratio = last / first
+        figures = " -> ".join(_fmt(x) for x in climb.losses)
+        facts: list[tuple[str, str]] = [
+            ("series", progress.kind), ("rule", "climb"), ("before_loss", _fmt(first)),
+            ("after_loss", _fmt(last)), ("ratio", f"{ratio:.2f}"),
+            ("rises", str(climb.rises)), ("losses", figures)]
+        if climb.first_step is not None:
+            facts.append(("since_step", str(climb.first_step)))
+        if climb.last_step is not None:
+            facts.append(("step", str(climb.last_step)))
+        where = (f" over steps {climb.first_step}-{climb.last_step}"
+                 if climb.first_step is not None and climb.last_step is not None else "")
+        return self._detection(
+            info, line, signature="training_loss_diverged",
+            title="Training Loss Climbing Steeply", severity=Severity.WARNING,
+            remediation=_CLIMB_REMEDIATION, facts=facts,
+            about=(f"loss rose on {climb.rises} progress lines in a row{where}: {figures} "
+                   f"({ratio:.1f}x)"))
 
     def _diverged(self, info: StreamInfo, line: LogLine, progress: Progress, series: _Fired,
                   before: float, after: float) -> Detection:
@@ -1344,7 +1510,14 @@ class LossTrendDetector(_Trend):
                                           maxlen=self.window),
                 seen=int(raw["seen"]), run=[float(v) for v in raw["run"]],
                 run_step=raw.get("run_step"), regressed=bool(raw["regressed"]),
-                hot_since_alert=int(raw["hot_since_alert"]), cool=int(raw["cool"]))
+                hot_since_alert=int(raw["hot_since_alert"]), cool=int(raw["cool"]),
+                recent=deque((float(v) for v in raw.get("recent", ())),
+                             maxlen=self.window + self.climb + 1),
+                climb_vals=[float(v) for v in raw.get("climb_vals", ())],
+                climb_steps=list(raw.get("climb_steps", ())),
+                climb_fired=bool(raw.get("climb_fired", False)),
+                climb_prior=(float(raw["climb_prior"][0]), float(raw["climb_prior"][1]))
+                if raw.get("climb_prior") else None)
         self._steps = {str(k): int(v) for k, v in dict(state.get("steps", {})).items()}
 
 
@@ -1391,6 +1564,10 @@ def _interleave(blocks: list[tuple[Shape, list[int]]], others: list[Any],
     if b < len(idx):
         out.append((shape, idx[b:]))
     return out
+
+
+def _always(step: int | None, _j: int) -> int | None:
+    return step
 
 
 def _step_at(steps: list[int | None], idx: list[int], j: int) -> int | None:
