@@ -3,7 +3,9 @@
 Built-in extractors (one regex each, named groups) cover Megatron-LM iteration lines, Hugging
 Face Trainer loss dicts and its tqdm bars (``it/s`` and ``s/it``), Lightning progress bars (tqdm
 and "step N" styles), DeepSpeed (``step=N``, throughput timer), the fp16 loss-scale overflow
-lines of DeepSpeed, Megatron and apex (the step was skipped, the scale lowered), nanoGPT
+lines of DeepSpeed, Megatron and apex (the step was skipped, the scale lowered) and any report
+of the dynamic loss scale in the wordings frameworks print (lowered, raised, stated, an
+overflow without its scale: ``_SCALE_REPORT``, ``overflow_note``, ``scale_value``), nanoGPT
 (``iter N: loss X, time Yms``), Keras (``9ms/step``) and plain ``step N ... time`` prints. Users
 add their own: a regex with named groups ``step``, ``time`` (seconds) or ``time_ms``, ``loss``,
 ``grad_norm``, ``loss_scale``, ``throughput``.

@@ -14,7 +14,8 @@ the rank and the extractor, so ``snapshot``/``restore`` carries it across a rest
   / MIOpen / ROCm 6.3.0 evidence the detection names incident 004 and carries its fix.
 - ``LossTrendDetector``: the same rule on the loss with ``ratio`` 2: a loss that doubled and
   stayed makes one ``training_loss_diverged`` warning (a spike, noise or another run printing
-  into the stream do not).
+  into the stream do not); so does a loss that climbs steeply on 4 logged lines in a row to a
+  new high (``_climb_many``), with no baseline needed.
 - ``StallDetector``: progress stopped for ``factor`` times the usual interval and at least
   ``floor`` seconds -> a line-less ``training_stalled`` (from ``tick``); when progress resumes,
   a second ``training_stalled`` detection with status ``resolved``. A stream closed cleanly or
@@ -24,7 +25,7 @@ the rank and the extractor, so ``snapshot``/``restore`` carries it across a rest
   to its minimum -> one ``training_loss_scale_minimum`` error; the scale halved ``halvings``
   times in a row once the run is under way -> one ``training_loss_scale_collapse`` warning. The
   fp16 loss-scale search at the start of training (overflow lines, scale halving from 2^32 or
-  2^16) raises nothing.
+  2^16) raises nothing; a log that starts mid-run is judged by the steps and epochs it shows.
 
 Restart rule shared by all: after ``restore``, lines of a stream at or below the offset the
 snapshot had reached are not counted again (the runtime may re-read or replay them).
