@@ -888,7 +888,8 @@ class Pipeline:
         tail = stream.tail
         chunk = Chunk(stream.ctx, data, lines, stream.replay_below, seg_time,
                       self.interests.mask, base=base, base_lineno=base_lineno,
-                      recent=lambda start: _Recent(data, start, tail), prepassed=prepassed)
+                      recent=lambda start: _Recent(data, start, tail), prepassed=prepassed,
+                      now=self.clock.time())
         out: list[Detection] = []
         for index, detector in detectors:
             out.extend(self._deliver(stream, detector.on_chunk(chunk, self._masks[index])))
@@ -924,7 +925,7 @@ class Pipeline:
                 # The line's own time, from its prefix: parsed for candidate lines only, and
                 # only when a detector that gets it reads it.
                 if times is None:
-                    times = [n.time for n in normalize_line(raw)]
+                    times = [n.time for n in normalize_line(raw, now=self.clock.time())]
                 stamp = times[part] if part < len(times) else None
                 if stamp is not None:
                     line = dataclasses.replace(line, time=stamp)

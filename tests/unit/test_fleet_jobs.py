@@ -3,11 +3,13 @@ facts to compare ranks, and gauges that exist only while their job is active."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from support.fleet import FleetNode
 
+from sigwatch.clock import FakeClock
 from sigwatch.detectors.jobs import JobLimits
 
 XID = ("NVRM: Xid (PCI:0000:8a:00): 79, pid=2412, name=python, GPU has fallen off the bus.")
@@ -98,6 +100,25 @@ class TestFirstFaults:
             signature="test_user_exception", owner="user", severity="error") < 1_700_000_001.0
         assert "2023-11-14T22:13:20Z ZeroDivisionError: division by zero" == info["line"]
         assert "Fix the training code." == info["fix"]
+
+    @pytest.mark.parametrize("now", [1_700_000_000.0, 1_700_000_000.0 + 3 * 86400],
+                             ids=["2023", "three-days-on"])
+    def test_a_stamp_without_a_year_takes_the_year_of_the_daemons_clock_not_the_machines(
+            self, tmp_path: Path, now: float, monkeypatch: pytest.MonkeyPatch) -> None:
+        """glog and syslog stamps carry no year: it comes from the clock the daemon was given
+        (a simulation, a replay, a test), never from the machine's wall clock, which would put
+        a 2023 line in the machine's year (or, a few days off, last year) and make it the
+        job's first fault by a year."""
+        monkeypatch.setenv("TZ", "UTC")  # a glog stamp is in the node's zone
+        time.tzset()
+        node = FleetNode(tmp_path, clock=FakeClock(now))
+        h = node.open("/training/job-a/rank3.log")
+        node.write(h, "E1114 22:13:19.000000  4242 train.cc:12] ZeroDivisionError: division by "
+                      "zero")
+
+        assert 1_699_999_999.0 == node.gauge(
+            "sigwatch_job_fault_first_seconds", job="job-a", rank="3",
+            signature="test_user_exception", owner="user", severity="error")
 
     @pytest.mark.parametrize(("stamp", "expected"), [
         ("2023-11-14T23:13:20Z", 1_700_000_000.0),   # an hour ahead: when it was read

@@ -168,25 +168,29 @@ class Chunk:
     """
 
     __slots__ = ("_parts", "_recent", "_select", "_times", "base", "base_lineno", "cache",
-                 "data", "lines", "mask", "prepassed", "replay_below", "seg_time", "stream")
+                 "data", "lines", "mask", "now", "prepassed", "replay_below", "seg_time",
+                 "stream")
 
     def __init__(self, stream: StreamContext, data: bytes, lines: list[ChunkLine],
                  replay_below: int, seg_time: float | None = None,
                  mask: Callable[[Sequence[re.Pattern[bytes]]], int] | None = None, *,
                  base: int = 0, base_lineno: int = 0,
                  recent: Callable[[int], RecentLines] | None = None,
-                 prepassed: dict[object, object] | None = None) -> None:
+                 prepassed: dict[object, object] | None = None,
+                 now: float | None = None) -> None:
         """``mask``: the bits ``ChunkLine.interests`` uses for given interest patterns.
         ``base``/``base_lineno``: the stream position of ``data[0]`` and the number of the
         line before it (a detector that reads lines no interest selected numbers them);
         ``recent``: the lines before a line start, across the chunk boundary; ``prepassed``:
-        each prepass's result for this chunk."""
+        each prepass's result for this chunk; ``now``: the runtime's clock when the chunk was
+        read (it places stamps that carry no year)."""
         self.mask = mask or (lambda _patterns: 0)
         self.stream = stream
         self.data = data
         self.lines = lines
         self.replay_below = replay_below
         self.seg_time = seg_time
+        self.now = now
         self.base = base
         self.base_lineno = base_lineno
         self._recent = recent
@@ -221,7 +225,7 @@ class Chunk:
             return self.seg_time
         found = self._times.get(line.start)
         if found is None:
-            found = [n.time for n in normalize_line(self.raw(line))]
+            found = [n.time for n in normalize_line(self.raw(line), now=self.now)]
             self._times[line.start] = found
         return found[part] if part < len(found) else None
 

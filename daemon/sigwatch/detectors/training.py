@@ -1751,7 +1751,7 @@ class _Records:
             return None
         if stamp not in self._stamps:
             # what the line's prefix gives: the ISO stamp inside "[...]" (parse_prefix)
-            got = match_timestamp(stamp.decode() + "]")
+            got = match_timestamp(stamp.decode() + "]", now=self.chunk.now)
             self._stamps[stamp] = got.time if got is not None else None
         return self._stamps[stamp]
 

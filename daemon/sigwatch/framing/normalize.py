@@ -101,11 +101,12 @@ def _skip_sep(text: str, pos: int) -> int:
 
 
 def parse_prefix(text: str, *, want_time: bool = False, year_hint: int | None = None,
-                 tz: tzinfo | None = None) -> Prefix:
+                 tz: tzinfo | None = None, now: float | None = None) -> Prefix:
     """Read the envelope at the start of ``text`` (see the module docstring).
 
     ``want_time`` computes the timestamp's value (calendar arithmetic that the matching hot
-    path does not need); ``year_hint``/``tz`` complete stamps without a year or a zone.
+    path does not need); ``year_hint``/``tz`` complete stamps without a year or a zone;
+    ``now`` (the caller's clock) decides the year of a stamp that has none.
     """
     if not text or text[0] not in _ITEM_START:
         return _NOTHING  # most lines: one set lookup
@@ -136,10 +137,11 @@ def parse_prefix(text: str, *, want_time: bool = False, year_hint: int | None = 
                 pos = end = tag.end()
                 continue
         if not found_time and c in _TIME_START:
-            ts = match_timestamp(text, pos, year_hint, tz=tz, want_time=want_time)
+            ts = match_timestamp(text, pos, year_hint, tz=tz, want_time=want_time, now=now)
             closed = True
             if ts is None and c == "[":
-                ts = match_timestamp(text, pos + 1, year_hint, tz=tz, want_time=want_time)
+                ts = match_timestamp(text, pos + 1, year_hint, tz=tz, want_time=want_time,
+                                     now=now)
                 closed = ts is not None and ts.end < n and text[ts.end] == "]"
             if ts is not None:
                 found_time = True
@@ -187,7 +189,7 @@ def normalize(raw: str) -> list[tuple[str | None, str]]:
 
 
 def normalize_line(raw: str, *, year_hint: int | None = None,
-                   tz: tzinfo | None = None) -> list[NormalizedLine]:
+                   tz: tzinfo | None = None, now: float | None = None) -> list[NormalizedLine]:
     """``normalize`` plus the time and level each part's prefix carries.
 
     A part without a timestamp of its own (a ``\\r`` rewrite) inherits the one before it.
@@ -196,7 +198,7 @@ def normalize_line(raw: str, *, year_hint: int | None = None,
     rank: str | None = None
     stamp: float | None = None
     for part in _parts(raw):
-        prefix = parse_prefix(part, want_time=True, year_hint=year_hint, tz=tz)
+        prefix = parse_prefix(part, want_time=True, year_hint=year_hint, tz=tz, now=now)
         if prefix.rank is not None:
             rank = prefix.rank
         if prefix.time is not None:

@@ -74,11 +74,12 @@ def _epoch(year: int, month: int, day: int, hour: int, minute: int, second: int,
 
 def match_timestamp(text: str, pos: int = 0, year_hint: int | None = None, *,
                     boot_time: float | None = None, tz: tzinfo | None = None,
-                    want_time: bool = True) -> TimestampMatch | None:
+                    want_time: bool = True, now: float | None = None) -> TimestampMatch | None:
     """The timestamp that starts exactly at ``pos`` in ``text``, or None.
 
     ``year_hint`` completes the forms without a year (glog, syslog; default: this year, or
-    last year when this year's date is more than ``YEARLESS_AHEAD`` in the future);
+    last year when this year's date is more than ``YEARLESS_AHEAD`` in the future, both
+    judged at ``now``: the caller's injected clock, else the wall clock);
     ``boot_time`` (epoch seconds) places the kernel's relative stamps; ``tz`` is the zone of
     stamps that carry none (default: the local zone). ``want_time=False`` only finds the
     extent (cheaper: no calendar arithmetic).
@@ -113,7 +114,7 @@ def match_timestamp(text: str, pos: int = 0, year_hint: int | None = None, *,
         else:
             fields = (_MONTHS[m.group("mon")], int(m.group("sd")), int(m.group("sH")),
                       int(m.group("sM")), int(m.group("sS")), _fraction(m.group("sfrac")))
-        value = _yearless(year_hint, fields, tz)
+        value = _yearless(year_hint, fields, tz, now)
     else:
         since_boot = int(m.group("ksec")) + _fraction(m.group("kfrac"))
         value = boot_time + since_boot if boot_time is not None else None
@@ -121,13 +122,14 @@ def match_timestamp(text: str, pos: int = 0, year_hint: int | None = None, *,
 
 
 def _yearless(year_hint: int | None, fields: tuple[int, int, int, int, int, float],
-              tz: tzinfo | None) -> float | None:
+              tz: tzinfo | None, now: float | None = None) -> float | None:
     """A stamp without a year placed in ``year_hint``, or this year unless that puts it more
     than ``YEARLESS_AHEAD`` in the future (then last year)."""
     month, day, hour, minute, second, frac = fields
     if year_hint is not None:
         return _epoch(year_hint, month, day, hour, minute, second, frac, tz)
-    now = time_mod.time()
+    if now is None:
+        now = time_mod.time()
     year = time_mod.localtime(now).tm_year
     value = _epoch(year, month, day, hour, minute, second, frac, tz)
     if value is not None and value > now + YEARLESS_AHEAD:

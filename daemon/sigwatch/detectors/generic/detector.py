@@ -752,7 +752,7 @@ class GenericDetector:
             time=line.read or self.clock.time(), remediation=found.remediation,
             context=found.context, rank=line.rank, captures=found.captures, labels=found.labels,
             host=self.host, facts=found.facts, owner=found.owner,
-            line_time=parse_prefix(line.text, want_time=True).time)
+            line_time=parse_prefix(line.text, want_time=True, now=self.clock.time()).time)
 
 
 _COMPONENT_TITLES = {
