@@ -1212,6 +1212,20 @@ class LossTrendDetector(_Trend):
         """
         vals = s.climb_vals
         carried = len(vals)
+        if len(xs) == 1:  # one line: what the loop below does, without building anything
+            x = xs[0]
+            if not vals or x <= vals[-1]:  # a new run starts at x
+                s.climb_vals, s.climb_steps = [x], [step_of(0)]
+                s.climb_prior, s.climb_fired = None, False
+                s.recent.append(x)
+                return []
+            if carried < self.climb or s.climb_fired:  # too short to fire, or fired already
+                vals.append(x)
+                s.climb_steps.append(step_of(0))
+                if len(vals) > _CLIMB_CAP:
+                    del vals[1], s.climb_steps[1]
+                s.recent.append(x)
+                return []
         ext = vals + xs
         k = self.climb
         fired: list[tuple[int, _Climb]] = []
