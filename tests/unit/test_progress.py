@@ -81,6 +81,98 @@ class TestBuiltinExtractors:
         assert ProgressParser().parse(line) is None
 
 
+class TestLossScaleReports:
+    @pytest.mark.parametrize("line,attempted,scale", [
+        ("Loss scaler reducing loss scale to 512.0", None, 512.0),  # torch_npu / apex
+        ("Gradient overflow.  Skipping step, reducing loss scale to 1024.0", None, 1024.0),
+        ("[INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from 65536"
+         " to 32768.0", 65536.0, 32768.0),  # DeepSpeed
+        ("[deepspeed] fp16 dynamic loss scale overflow! Skipping step. Attempted loss scale:"
+         " 65536.0, reducing to 32768.0", 65536.0, 32768.0),  # DeepSpeed unfused
+        ("OVERFLOW! Skipping step. Attempted loss scale: 1024, reducing to 512", 1024.0, 512.0),
+        ("NOTE: overflow detected, setting loss scale to: 64.0", None, 64.0),  # fairseq
+        ("[fp16] loss scale was reduced from 1024 to 512", 1024.0, 512.0),
+        ("lowering the loss scale to 8 after an overflow", None, 8.0),
+        ("Loss scaler reducing loss scale to 32.0Loss scaler reducing loss scale to 32.0",
+         None, 32.0),  # two ranks' prints glued without a newline
+        ("Loss scaler reducing loss scale to 4.", None, 4.0),  # cut off
+    ])
+    def test_a_lowered_scale_in_every_wording_is_an_overflow(
+            self, line: str, attempted: float | None, scale: float) -> None:
+        """Each framework's report of a lowered loss scale: the new scale (and the one before
+        it when printed), as an overflow line."""
+        p = ProgressParser().parse(line)
+
+        assert p is not None
+        assert (True, attempted, scale) == (p.overflow, p.attempted_scale, p.loss_scale)
+
+    @pytest.mark.parametrize("line,scale", [
+        ("[fused_optimizer.py:353:_update_scale] Increasing dynamic loss scale from 512 to 1024",
+         1024.0),
+        ("loss scale: 8192.0", 8192.0),  # Megatron's field, alone on a line
+        ("loss_scale=512", 512.0),
+        ("epoch 3, current loss scale is 64", 64.0),
+        ("Loss scale now 2048.0", 2048.0),
+    ])
+    def test_a_raised_or_stated_scale_is_no_overflow(self, line: str, scale: float) -> None:
+        """A raised scale, or one merely stated: the scale, no overflow."""
+        p = ProgressParser().parse(line)
+
+        assert p is not None
+        assert (False, scale) == (p.overflow, p.loss_scale)
+
+    @pytest.mark.parametrize("line,step", [
+        ("Gradient overflow. Skipping step", None),
+        ("[INFO] [unfused_optimizer.py:281:_update_scale] Grad overflow on iteration: 13437",
+         13437),
+        ("[deepspeed] OVERFLOW! Rank 0 Skipping step.", None),
+        (" 16%|█▍        | 1045/6400 [1:16:09<53:12,  1.68it/s][2023-02-28 20:08:24,338] [INFO]"
+         " [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 64.0, reducing to"
+         " 32.0", 1045),  # the bar the overflow line is glued to gives its step
+    ])
+    def test_an_overflow_without_its_scale(self, line: str, step: int | None) -> None:
+        """An overflow reported alone (its scale on another line, if any): an overflow
+        record with the step it names."""
+        p = ProgressParser().parse(line)
+
+        assert p is not None
+        assert (True, step) == (p.overflow, p.step)
+
+    @pytest.mark.parametrize("line", [
+        "[fused_optimizer.py:352:_update_scale] No Grad overflow for 200 iterations",
+        "[config.py:988:print]   dynamic_loss_scale_args ...... {'init_scale': 65536,"
+        " 'scale_window': 1000, 'delayed_shift': 2, 'min_scale': 1}",
+        "[config.py:988:print]   fp16 ......................... {'enabled': True,"
+        " 'loss_scale': 0, 'initial_scale_power': 16}",
+        "  min_loss_scale .................................. 1.0",
+        "  loss_scale_window ............................... 1000",
+        "  initial_loss_scale .............................. 4294967296",
+        "Gradient overflow: see https://nvidia.github.io/apex/advanced.html",
+    ])
+    def test_config_dumps_and_good_news_are_no_scale_report(self, line: str) -> None:
+        """Argument and config dumps, "no overflow" and a mention of overflow: nothing."""
+        assert ProgressParser().parse(line) is None
+
+    def test_a_stated_scale_of_zero_is_no_scale(self) -> None:
+        """A config's "loss_scale: 0" means dynamic: no scale (and no minimum reached)."""
+        p = ProgressParser().parse("loss_scale: 0")
+
+        assert p is not None and p.loss_scale is None
+
+    @pytest.mark.parametrize("line,epoch", [
+        ("{'loss': 5.2843, 'grad_norm': 641.94, 'learning_rate': 5e-05, 'epoch': 4.7,"
+         " 'num_input_tokens_seen': 25712}", 4.7),
+        ("[INFO|2025-07-01 17:05:16] llamafactory.train.callbacks:143 >> {'loss': 5.2843,"
+         " 'learning_rate': 5.0000e-05, 'epoch': 4.70, 'throughput': 813.70}", 4.7),
+        ('{"current_steps": 10, "loss": 2.1, "epoch": 0.05}', 0.05),
+    ])
+    def test_the_epoch_of_a_loss_dict(self, line: str, epoch: float) -> None:
+        """Hugging Face's fraction of epochs done, however the dict is prefixed."""
+        p = ProgressParser().parse(line)
+
+        assert p is not None and p.epoch == pytest.approx(epoch)
+
+
 class TestUserExtractors:
     def test_a_user_regex_with_named_groups_is_used_first(self) -> None:
         """A config regex (step, time_ms, loss) reads a format no built-in knows."""

@@ -582,3 +582,247 @@ class TestLossScaleCollapse:
         second.feed_lines(resumed, more)
 
         assert 1 == len(_only(second.detections, "training_loss_scale_collapse"))
+
+
+def _hf_log(loss: float, epoch: float) -> str:
+    return f"{{'loss': {loss}, 'grad_norm': 641.9, 'learning_rate': 5e-05, 'epoch': {epoch}}}"
+
+
+def _bar(step: int, total: int = 6400) -> str:
+    pct = 100 * step // total
+    return f" {pct:2d}%|██        | {step}/{total} [1:16:09<1:07:04,  1.33it/s]"
+
+
+_LOWERED = {
+    # torch_npu / apex on Ascend: the overflow and its new scale on two lines
+    "npu": ["Gradient overflow. Skipping step", "Loss scaler reducing loss scale to {new:.1f}"],
+    # DeepSpeed's fused optimizer: the same halving reported by two loggers
+    "fused": ["Reducing dynamic loss scale from {old:.0f} to {new:.1f}",
+              "[Rank 0] Overflow detected. Skipping step. Attempted loss scale: {old:.0f},"
+              " reducing to {new:.1f}"],
+    # DeepSpeed's unfused optimizer
+    "unfused": ["Grad overflow on iteration: {it}",
+                "Reducing dynamic loss scale from {old:.1f} to {new:.1f}",
+                "[deepspeed] fp16 dynamic loss scale overflow! Skipping step. Attempted loss"
+                " scale: {old:.1f}, reducing to {new:.1f}"],
+    # fairseq
+    "fairseq": ["NOTE: gradient overflow detected, ignoring gradient, setting loss scale to:"
+                " {new:.1f}"],
+    # prose
+    "prose": ["[fp16] loss scale lowered from {old:.0f} to {new:.0f} after an overflow"],
+}
+
+
+def _lowered(wording: str, old: float, new: float, it: int = 5000, *,
+             ranks: int = 1) -> list[str]:
+    """One halving as ``wording`` prints it (by ``ranks`` ranks without a prefix)."""
+    return [line.format(old=old, new=new, it=it) for line in _LOWERED[wording]
+            for _ in range(ranks)]
+
+
+class TestLossScaleCollapseUnderWay:
+    """Training shown under way (an optimiser step past 200, an epoch done) makes a run of
+    halvings from below 2^15 mid-run, even when the log holds no start of the run."""
+
+    @pytest.mark.parametrize("wording", sorted(_LOWERED))
+    def test_halvings_after_an_epoch_of_training_raise_one_warning(self, wording: str) -> None:
+        """A log that starts mid-run (epoch 4.7): the scale halved 8 times from 1024, each
+        halving printed by two ranks without a prefix: one warning, 8 halvings counted once."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = [_hf_log(5.28, 4.7)]
+        scale = 1024.0
+        for k in range(8):
+            lines += _lowered(wording, scale, scale / 2, it=9000 + k, ranks=2)
+            scale /= 2
+            if k == 3:
+                lines.append(_hf_log(5.3, 4.71))
+
+        driver.feed_lines(stream, lines)
+
+        found = _only(driver.detections, "training_loss_scale_collapse")
+        assert 1 == len(found), [d.about for d in driver.detections]
+        facts = _facts(found[0])
+        assert "5" == facts["halvings"]  # it fires at the fifth
+        assert float(facts["loss_scale"]) == pytest.approx(1024 / 32)
+
+    def test_a_tqdm_step_glued_to_the_overflow_line_shows_training_under_way(self) -> None:
+        """DeepSpeed's overflow line glued to the bar at 1044/6400, five times: the bar's step
+        is the overflow's step; one warning naming the step it started at."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = []
+        scale = 128.0
+        for step in range(1044, 1049):
+            lines.append(f"{_bar(step)}[2023-02-28 20:08:24,113] [INFO] [stage_1_and_2.py:1769:"
+                         f"step] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss"
+                         f" scale: {scale}, reducing to {scale / 2}")
+            scale /= 2
+
+        driver.feed_lines(stream, lines)
+
+        found = _only(driver.detections, "training_loss_scale_collapse")
+        assert 1 == len(found), [d.about for d in driver.detections]
+        assert "1044" == _facts(found[0])["since_step"]
+        assert "128" == _facts(found[0])["loss_scale_from"]
+
+    def test_the_same_halvings_at_the_first_steps_raise_nothing(self) -> None:
+        """The start-up search from a low configured scale, at steps 3 to 7 and epoch 0.01:
+        nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = []
+        scale = 4096.0
+        for step in range(3, 10):
+            lines.append(f"{_bar(step)}[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted"
+                         f" loss scale: {scale}, reducing to {scale / 2}")
+            lines.append(_hf_log(10.5, 0.01))
+            scale /= 2
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == driver.detections
+
+    def test_a_fresh_search_of_a_resumed_job_raises_nothing(self) -> None:
+        """Training under way (step 5000), then a resumed job whose scaler starts again at
+        2^16 and halves 7 times: a start-up search, nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = run("plain", 5, start=5000)
+        scale = 65536.0
+        for step in range(5005, 5012):
+            lines.append(f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale:"
+                         f" {scale:.0f}, reducing to {scale / 2:.0f}")
+            lines += run("plain", 1, start=step)
+            scale /= 2
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == driver.detections
+
+    @pytest.mark.parametrize("wording", ["fused", "unfused", "npu"])
+    def test_a_halving_reported_on_several_lines_counts_once(self, wording: str) -> None:
+        """Settled (a steady scale), then three halvings, each printed on two or three lines
+        by two ranks: three halvings, fewer than five: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = [_megatron(step, 2.0, 1024.0) for step in range(1, 30)]
+        scale = 1024.0
+        for k in range(3):
+            lines += _lowered(wording, scale, scale / 2, it=30 + k, ranks=2)
+            scale /= 2
+        lines += [_megatron(step, 2.0, scale) for step in range(33, 60)]
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == driver.detections
+
+    def test_the_scale_growing_back_in_between_raises_nothing(self) -> None:
+        """Under way; DeepSpeed lowers, then raises the scale after good steps, five times:
+        an overflow now and then, not a collapse."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = run("plain", 5, start=3000)
+        for k in range(5):
+            lines += _lowered("fused", 1024.0, 512.0)
+            lines.append("[fused_optimizer.py:352:_update_scale] No Grad overflow for 200"
+                         " iterations")
+            lines.append("[fused_optimizer.py:353:_update_scale] Increasing dynamic loss scale"
+                         " from 512.0 to 1024.0")
+            lines += run("plain", 3, start=3005 + 3 * k)
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == driver.detections
+
+
+def _every_ten(losses: list[float], first: int) -> list[str]:
+    """Megatron lines logged every 10 iterations from ``first``."""
+    return [_megatron(first + 10 * k, x) for k, x in enumerate(losses)]
+
+
+class TestLossClimb:
+    """A loss that rises steeply on several logged lines in a row is a divergence as it
+    happens, before any baseline is doubled."""
+
+    def test_a_steep_steady_climb_names_the_iterations_and_the_figures(self) -> None:
+        """150 lines at ~6.7, then 6.37 -> 6.60 -> 7.31 -> 9.12 -> 10.24: one warning at the
+        fifth line, naming iterations 6900 to 6940 and every figure."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        before = _losses(150, level=6.9, noise=0.02)
+        climb = [6.365808, 6.598378, 7.314456, 9.121927, 10.23865]
+
+        driver.feed_lines(stream, _every_ten([*before, *climb], 5400))
+
+        found = _only(driver.detections, "training_loss_diverged")
+        assert 1 == len(found), [d.about for d in driver.detections]
+        facts = _facts(found[0])
+        assert ("climb", "6900", "6940", "4") == (facts["rule"], facts["since_step"],
+                                                  facts["step"], facts["rises"])
+        assert "6.366 -> 6.598 -> 7.314 -> 9.122 -> 10.24" == facts["losses"]
+        assert "warning" == found[0].severity.label
+
+    def test_a_log_that_starts_with_the_climb(self) -> None:
+        """Only the five climbing lines (an excerpt, a daemon started mid-run): one warning."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+
+        driver.feed_lines(stream, _every_ten([6.37, 6.60, 7.31, 9.12, 10.24], 6900))
+
+        assert 1 == len(_only(driver.detections, "training_loss_diverged"))
+
+    def test_a_climb_of_three_lines_that_turns_back_raises_nothing(self) -> None:
+        """A recovering spike: three rises (2.6 -> 4.4), then back to 2.5: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        losses = [*_losses(100, level=2.5), 2.8, 2.6, 3.1, 3.8, 4.4, 3.2, 2.7,
+                  *_losses(50, level=2.5)]
+
+        driver.feed_lines(stream, _every_ten(losses, 10))
+
+        assert [] == driver.detections
+
+    def test_a_rebound_within_the_noise_raises_nothing(self) -> None:
+        """A noisy loss (20 %) dips to half its level and climbs back in four rises: twice
+        where it began, but no higher than the loss already was: nothing."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        losses = [*_losses(100, level=1.0, noise=0.2), 0.5, 0.62, 0.75, 0.9, 1.05,
+                  *_losses(50, level=1.0, noise=0.2, seed=5)]
+
+        driver.feed_lines(stream, _every_ten(losses, 10))
+
+        assert [] == driver.detections
+
+    def test_noisy_bars_that_restart_every_epoch_raise_nothing(self) -> None:
+        """Lightning-style bars whose step starts at 1 each epoch (a new series each time),
+        loss noise of 40 %, each epoch after the first opening with four rises (0.6 -> 1.3)
+        inside that noise: the losses of the epochs before stay the yardstick; nothing."""
+        import random  # noqa: PLC0415
+
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        rng = random.Random(11)
+        lines = []
+        for epoch in range(12):
+            losses = [0.6, 0.75, 0.9, 1.1, 1.3] if epoch else []  # (the first: no history)
+            losses += [max(0.05, rng.gauss(1.0, 0.4)) for _ in range(100 - len(losses))]
+            for step, loss in enumerate(losses, 1):
+                lines.append(f"Epoch {epoch}:  {step:2d}%|█         | {step}/100 [00:10<00:20,"
+                             f" 3.20it/s, loss={loss:.3f}, v_num=0]")
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == _only(driver.detections, "training_loss_diverged")

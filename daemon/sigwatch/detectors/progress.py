@@ -3,7 +3,9 @@
 Built-in extractors (one regex each, named groups) cover Megatron-LM iteration lines, Hugging
 Face Trainer loss dicts and its tqdm bars (``it/s`` and ``s/it``), Lightning progress bars (tqdm
 and "step N" styles), DeepSpeed (``step=N``, throughput timer), the fp16 loss-scale overflow
-lines of DeepSpeed, Megatron and apex (the step was skipped, the scale lowered), nanoGPT
+lines of DeepSpeed, Megatron and apex (the step was skipped, the scale lowered) and any report
+of the dynamic loss scale in the wordings frameworks print (lowered, raised, stated, an
+overflow without its scale: ``_SCALE_REPORT``, ``overflow_note``, ``scale_value``), nanoGPT
 (``iter N: loss X, time Yms``), Keras (``9ms/step``) and plain ``step N ... time`` prints. Users
 add their own: a regex with named groups ``step``, ``time`` (seconds) or ``time_ms``, ``loss``,
 ``grad_norm``, ``loss_scale``, ``throughput``.
@@ -56,6 +58,7 @@ class Progress:
     eval: bool = False  # an evaluation / validation bar: activity, not a training step
     overflow: bool = False  # an fp16 overflow line: the step was skipped, scale lowered
     attempted_scale: float | None = None  # an overflow line's scale before it was lowered
+    epoch: float | None = None  # a Hugging Face style ``'epoch': x`` (epochs done, a fraction)
 
     @property
     def cost(self) -> float | None:
@@ -107,7 +110,40 @@ class Extractor:
 
 
 _SCALE = r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"  # a loss scale as optimizers print it
-_OVERFLOW_KINDS = frozenset({"deepspeed_overflow", "fp16_overflow", "apex_overflow"})
+_OVERFLOW_KINDS = frozenset({"deepspeed_overflow", "fp16_overflow", "apex_overflow",
+                             "overflow_note"})
+# The dynamic loss scale reported lowered (an overflow) or raised, in the frameworks' wordings:
+# DeepSpeed's "Attempted loss scale: 65536, reducing to 32768" (any prefix: "OVERFLOW!
+# Skipping step.", "fp16 dynamic loss scale overflow!") and "Reducing dynamic loss scale from
+# 1024 to 512.0" / "Increasing dynamic loss scale from 512 to 1024"; apex's and torch_npu's
+# "Loss scaler reducing loss scale to 512.0"; fairseq's "overflow detected, setting loss scale
+# to: 64.0"; and prose such as "loss scale reduced from 1024 to 512" or "lowering the loss
+# scale to 8". A lowered scale is ``loss_scale`` (``attempted`` the scale before it, when
+# printed); ``up`` marks a raised one.
+_LOSS_SCALE = r"(?:(?:dynamic|fp16|amp|grad(?:ient)?)\s+)?loss[ _]?scal(?:e|ing)(?:\s+factor)?"
+_DOWN = (r"reduc(?:e|es|ed|ing)|decreas(?:e|es|ed|ing)|lower(?:s|ed|ing)?|halv(?:e|es|ed|ing)"
+         r"|drop(?:s|ped|ping)?|cut(?:s|ting)?|shr[iu]nk(?:s|ing)?|f[ae]ll(?:s|en|ing)?")
+_UP = r"increas(?:e|es|ed|ing)|rais(?:e|es|ed|ing)|gr[eo]w(?:s|n|ing)?|doubl(?:e|es|ed|ing)"
+_FROM_TO = (r"(?:\s+from\s+(?P<{a}>" + _SCALE + r"))?\s+to:?\s*(?P<{b}>" + _SCALE
+            + r")")
+_SCALE_REPORT = re.compile(
+    r"(?i)attempted\s+loss\s+scale:?\s*(?P<attempted>" + _SCALE + r"),?\s+reducing\s+to:?\s*"
+    r"(?P<loss_scale>" + _SCALE + r")"
+    r"|\b(?:" + _DOWN + r")\s+(?:the\s+)?" + _LOSS_SCALE + _FROM_TO.format(a="a_down", b="b_down")
+    + r"|(?<![\w/.])" + _LOSS_SCALE + r"\s+(?:(?:was|is|has\s+been|had\s+been|gets?|got)\s+)?"
+    r"(?:" + _DOWN + r")" + _FROM_TO.format(a="a_fell", b="b_fell")
+    + r"|\bsetting\s+(?:the\s+)?" + _LOSS_SCALE + r"\s+to:?\s*(?P<b_set>" + _SCALE
+    + r")"
+    r"|(?P<up>\b(?:" + _UP + r")\s+(?:the\s+)?" + _LOSS_SCALE
+    + _FROM_TO.format(a="a_up", b="b_up") + r"|(?<![\w/.])" + _LOSS_SCALE
+    + r"\s+(?:(?:was|is|has\s+been|had\s+been|gets?|got)\s+)?(?:" + _UP + r")"
+    + _FROM_TO.format(a="a_grew", b="b_grew") + r")")
+_REPORT_FROM = ("attempted", "a_down", "a_fell", "a_up", "a_grew")
+_REPORT_TO = ("loss_scale", "b_down", "b_fell", "b_set", "b_up", "b_grew")
+# a tqdm bar's "N/M [" before an overflow report glued to it: the step of that report
+_BAR_STEP_RE = re.compile(r"\d{1,3}%\|[^|\r\n]*\|\s*(\d+)/(?:\d+|\?)\s*\[")
+# Hugging Face's fraction of epochs done, in a loss dict or its JSON log
+_EPOCH_RE = re.compile(r"""['"]epoch['"]:\s*(?P<epoch>""" + _NUM + r")")
 _TQDM_RATE = (r"(?:(?P<it_per_s>\d+(?:\.\d+)?)\s?it/s|(?P<s_per_it>\d+(?:\.\d+)?)\s?s/it)")
 
 BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
@@ -123,8 +159,8 @@ BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
     Extractor("deepspeed_step", re.compile(
         r"\[Rank \d+\] step=(?P<step>\d+), skipped=\d+"), rb"\] step=[0-9]"),
     Extractor("deepspeed_overflow", re.compile(
-        r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: (?P<attempted>[\d.]+)"
-        r"(?:, reducing to (?P<loss_scale>[\d.]+))?"), rb"OVERFLOW! Rank"),
+        r"OVERFLOW! Rank \d+ Skipping step\.(?: Attempted loss scale: (?P<attempted>[\d.]+)"
+        r"(?:, reducing to (?P<loss_scale>[\d.]+))?)?"), rb"OVERFLOW! Rank"),
     # DeepSpeed's and Megatron's fp16 optimizers: "Overflow detected. Skipping step.
     # Attempted loss scale: 1024, reducing to 512.0"
     Extractor("fp16_overflow", re.compile(
@@ -134,6 +170,15 @@ BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
     Extractor("apex_overflow", re.compile(
         r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to "
         r"(?P<loss_scale>" + _SCALE + r")"), rb"Gradient overflow"),
+    # Any other report of the dynamic loss scale being lowered or raised, in the wordings the
+    # frameworks print (see ``_SCALE_REPORT``): a lowering is an overflow line.
+    Extractor("scale_report", _SCALE_REPORT, rb"(?i:loss)"),
+    # An overflow reported without its scale ("Gradient overflow. Skipping step", DeepSpeed's
+    # "Grad overflow on iteration 4"): the scale, when printed, is on another line.
+    Extractor("overflow_note", re.compile(
+        r"(?i)(?<!no )\bgrad(?:ient)?s?\s+overflow\b(?:\s+on\s+iteration:?\s*(?P<step>\d+)"
+        r"|[^\n]{0,40}?\bskip(?:ping|ped)\s+(?:the\s+)?(?:step|iteration|update|batch))"),
+        rb"(?i:overflow)"),
     Extractor("keras", re.compile(
         r"^\s*(?P<step>\d+)/\d+ - \d+s - (?P<time_ms>[\d.]+)ms/step"), rb"ms/step"),
     # tqdm (HF Trainer, Lightning's default bar, plain tqdm loops): "desc: 12%|...| 70/1000
@@ -152,13 +197,19 @@ BUILTIN_EXTRACTORS: tuple[Extractor, ...] = (
         r"(?i)(?<![\w/])(?:global[_ ])?(?:step|iter(?:ation)?|batch)\s*[:=]?\s*(?P<step>\d+)"
         r"(?:\s*/\s*\d+)?(?![\w/.])"), rb"(?i:step|iter|batch)"),
     Extractor("hf_dict", re.compile(r"^\s*\{'(?:loss|train_loss|grad_norm)': "), rb"\{'"),
+    # A line that only states the loss scale ("loss scale: 1024", "loss_scale=512", "current
+    # loss scale is 64"): tried last, after every shape that also reads it as a field.
+    Extractor("scale_value", re.compile(
+        r"(?i)(?<![\w/.'\"])loss[ _]scale\s*(?:[:=]|\bis\b|\bnow\b)?\s*(?P<loss_scale>"
+        + _SCALE + r")(?![\w.])"), rb"(?i:loss)"),
 )
 
 _NEEDLES = {"megatron": "elapsed time per iteration", "nanogpt": "iter ",
             "deepspeed_throughput": "SamplesPerSec=", "deepspeed_step": "] step=",
             "deepspeed_overflow": "OVERFLOW!", "fp16_overflow": "Overflow detected",
             "apex_overflow": "Gradient overflow", "keras": "ms/step", "tqdm": "%|",
-            "hf_dict": "{'", "lightning_rich": "\u2022"}
+            "hf_dict": "{'", "lightning_rich": "\u2022", "scale_report": "cale",
+            "overflow_note": "verflow", "scale_value": "cale"}
 BUILTIN_EXTRACTORS = tuple(replace(e, needle=_NEEDLES.get(e.name, ""))
                            for e in BUILTIN_EXTRACTORS)
 _BUILTIN_NAMES = frozenset(e.name for e in BUILTIN_EXTRACTORS)
@@ -265,7 +316,7 @@ class ProgressParser:
         fields = _fields(text)
         if fields and ("loss" in fields or "grad_norm" in fields):
             return Progress("fields", loss=fields.get("loss"), grad_norm=fields.get("grad_norm"),
-                            loss_scale=fields.get("loss_scale"))
+                            loss_scale=fields.get("loss_scale"), epoch=_epoch(text))
         return None
 
     @staticmethod
@@ -288,14 +339,35 @@ class ProgressParser:
         attempted = _group(m, "attempted")
         if name == "plain" and step_time is None and throughput is None and "loss" not in fields:
             return None
+        overflow = name in _OVERFLOW_KINDS
+        if name == "scale_report":
+            scale = next((v for k in _REPORT_TO if (v := m.get(k))), None)
+            attempted = next((v for k in _REPORT_FROM if (v := m.get(k))), None)
+            # lowered: an overflow ("setting" the scale is one when the line says so)
+            overflow = m.get("up") is None and (m.get("b_set") is None
+                                                 or "overflow" in text.lower())
+        if overflow and step is None and "%|" in text:  # glued to a tqdm bar: the bar's step
+            bars = _BAR_STEP_RE.findall(text, 0, match.start())
+            step = int(bars[-1]) if bars else None
+        scale_value = parse_number(scale) if scale else fields.get("loss_scale")
+        if name == "scale_value" and scale_value is not None and scale_value <= 0:
+            scale_value = None  # "loss_scale: 0" is a config's "dynamic", not a scale
         return Progress(
             kind=name, step=step, step_time=step_time, throughput=throughput,
             loss=parse_number(loss) if loss else fields.get("loss"),
             grad_norm=parse_number(grad) if grad else fields.get("grad_norm"),
-            loss_scale=parse_number(scale) if scale else fields.get("loss_scale"),
-            eval=is_eval, overflow=name in _OVERFLOW_KINDS,
+            loss_scale=scale_value, eval=is_eval, overflow=overflow,
             attempted_scale=parse_number(attempted) if attempted else None,
+            epoch=_epoch(text),
         )
+
+
+def _epoch(text: str) -> float | None:
+    """Hugging Face's ``'epoch': x`` (epochs done) when the line holds one."""
+    if "epoch'" not in text and 'epoch"' not in text:
+        return None
+    m = _EPOCH_RE.search(text)
+    return parse_number(m.group("epoch")) if m is not None else None
 
 
 def _timing(m: dict[str, str | None]) -> tuple[float | None, float | None]:
@@ -447,7 +519,8 @@ _BULK_MEGATRON = (
     + rb"[ \t]*")
 _BULK_HF = (rb"[ \t]*\{'loss': (?P<h_loss>" + _NUMB + rb")"
             + _opt(rb", 'grad_norm': (?P<h_gn>" + _NUMB + rb")")
-            + rb", 'learning_rate': " + _NUMB + _opt(rb", 'epoch': " + _NUMB) + rb"\}[ \t]*")
+            + rb", 'learning_rate': " + _NUMB + _opt(rb", 'epoch': (?P<h_ep>" + _NUMB + rb")")
+            + rb"\}[ \t]*")
 # tqdm's postfix keys that hold no figure the field scan reads
 _TQDM_SAFE = rb"(?:, (?:v_num|lr|step|epoch|global_step)=" + _NUMB + rb")*"
 # where a tqdm line may start (its bars are then read one by one, as normalisation splits them)
@@ -485,6 +558,7 @@ R_LOSS_SCALE: Final = 9
 R_FLAGS: Final = 10
 R_COST: Final = 11  # ``Progress.cost``
 R_ATTEMPTED: Final = 12  # ``Progress.attempted_scale``
+R_EPOCH: Final = 13  # ``Progress.epoch``
 # R_FLAGS bits
 F_EVAL: Final = 1  # an evaluation bar: activity, not a training step
 F_OVERFLOW: Final = 2  # an fp16 overflow line (the step was skipped)
@@ -492,7 +566,7 @@ F_SKIPPED: Final = 4  # the text reports skipped iterations or an overflow (the 
 
 ProgressRecord = tuple[int, int, str | None, str, int | None, float | None, float | None,
                        float | None, float | None, float | None, int, float | None,
-                       float | None]
+                       float | None, float | None]
 
 
 def record_of(start: int, part: int, rank: str | None, progress: Progress,
@@ -502,7 +576,7 @@ def record_of(start: int, part: int, rank: str | None, progress: Progress,
         F_SKIPPED if skipped else 0)
     return (start, part, rank, progress.kind, progress.step, progress.step_time,
             progress.throughput, progress.loss, progress.grad_norm, progress.loss_scale, flags,
-            progress.cost, progress.attempted_scale)
+            progress.cost, progress.attempted_scale, progress.epoch)
 
 
 def progress_of(record: ProgressRecord) -> Progress:
@@ -511,7 +585,7 @@ def progress_of(record: ProgressRecord) -> Progress:
     return Progress(record[R_KIND], record[R_STEP], record[R_STEP_TIME], record[R_THROUGHPUT],
                     record[R_LOSS], record[R_GRAD_NORM], record[R_LOSS_SCALE],
                     eval=bool(flags & F_EVAL), overflow=bool(flags & F_OVERFLOW),
-                    attempted_scale=record[R_ATTEMPTED])
+                    attempted_scale=record[R_ATTEMPTED], epoch=record[R_EPOCH])
 
 
 @dataclass(slots=True)
@@ -535,6 +609,7 @@ class Shape:
     skipped: list[bool] | None = None
     scaled: bool = False  # some record has a loss scale
     stamps: list[bytes | None] | None = None  # each line's timestamp (None: none has one)
+    epochs: list[float | None] | None = None  # each record's epoch (None: none has one)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -544,7 +619,8 @@ class Shape:
         return (self.starts[i], self.parts[i] if self.parts is not None else 0, self.ranks[i],
                 self.kind, self.steps[i], t, None, self.losses[i], self.grad_norms[i],
                 self.loss_scales[i], F_SKIPPED if self.skipped and self.skipped[i] else 0,
-                t if t is not None and t > 0 else None, None)
+                t if t is not None and t > 0 else None, None,
+                self.epochs[i] if self.epochs is not None else None)
 
     def key(self, i: int) -> tuple[int, int]:
         """(line start, part) of record ``i``: its place in the chunk."""
@@ -588,7 +664,7 @@ def _picker(*names: str) -> Callable[[re.Match[bytes]], tuple[Any, ...]]:
 
 _MEGATRON_GROUPS = _picker("rank", "m_step", "m_ms", "m_loss", "m_scale", "m_gn", "m_skipped",
                            "m_ts")
-_HF_GROUPS = _picker("rank", "h_loss", "h_gn")
+_HF_GROUPS = _picker("rank", "h_loss", "h_gn", "h_ep")
 _RANK_GROUP = _BULK_RE.groupindex["rank"]
 _START = attrgetter("start")
 
@@ -621,11 +697,12 @@ class BulkProgress:
                 stamps=list(stamped) if any(stamped) else None))
             lines.extend(zip(starts, [m.end() for m in meg], strict=True))
         if hf:
-            ranks, loss, gn = zip(*map(_HF_GROUPS, hf), strict=True)
+            ranks, loss, gn, epochs = zip(*map(_HF_GROUPS, hf), strict=True)
             starts = _line_starts(hf, first)
             none: list[Any] = [None] * len(hf)
             out.shapes.append(Shape("hf_dict", starts, _ranks(ranks), none, none,
-                                    list(map(float, loss)), _floats(gn), none))
+                                    list(map(float, loss)), _floats(gn), none,
+                                    epochs=_floats(epochs) if any(epochs) else None))
             lines.extend(zip(starts, [m.end() for m in hf], strict=True))
         if len(meg) + len(hf) < len(found):
             self._tqdm(data, [m for m in found if m.lastgroup in ("tqdm", "tqdm_cr")], first,

@@ -14,7 +14,8 @@ the rank and the extractor, so ``snapshot``/``restore`` carries it across a rest
   / MIOpen / ROCm 6.3.0 evidence the detection names incident 004 and carries its fix.
 - ``LossTrendDetector``: the same rule on the loss with ``ratio`` 2: a loss that doubled and
   stayed makes one ``training_loss_diverged`` warning (a spike, noise or another run printing
-  into the stream do not).
+  into the stream do not); so does a loss that climbs steeply on 4 logged lines in a row to a
+  new high (``_climb_many``), with no baseline needed.
 - ``StallDetector``: progress stopped for ``factor`` times the usual interval and at least
   ``floor`` seconds -> a line-less ``training_stalled`` (from ``tick``); when progress resumes,
   a second ``training_stalled`` detection with status ``resolved``. A stream closed cleanly or
@@ -24,7 +25,7 @@ the rank and the extractor, so ``snapshot``/``restore`` carries it across a rest
   to its minimum -> one ``training_loss_scale_minimum`` error; the scale halved ``halvings``
   times in a row once the run is under way -> one ``training_loss_scale_collapse`` warning. The
   fp16 loss-scale search at the start of training (overflow lines, scale halving from 2^32 or
-  2^16) raises nothing.
+  2^16) raises nothing; a log that starts mid-run is judged by the steps and epochs it shows.
 
 Restart rule shared by all: after ``restore``, lines of a stream at or below the offset the
 snapshot had reached are not counted again (the runtime may re-read or replay them).
@@ -42,6 +43,7 @@ drivers that feed lines one by one; both give the same detections
 from __future__ import annotations
 
 import math
+import operator
 import re
 import statistics
 from bisect import bisect_left, bisect_right
@@ -62,6 +64,7 @@ from sigwatch.detectors.progress import (
     F_SKIPPED,
     R_ATTEMPTED,
     R_COST,
+    R_EPOCH,
     R_FLAGS,
     R_GRAD_NORM,
     R_KIND,
@@ -498,6 +501,13 @@ class _StepSeries:
     cool: int = 0
     stats: tuple[float, float] | None = None  # cached (median, scale) of the baseline
     stale: int = 0  # samples appended since ``stats`` was computed
+    # the steep climb (losses only): every recent value, the current rising run (its values
+    # and steps, capped), whether it fired, and the (max, median) of the values before it
+    recent: deque[float] = field(default_factory=deque)
+    climb_vals: list[float] = field(default_factory=list)
+    climb_steps: list[int | None] = field(default_factory=list)
+    climb_fired: bool = False
+    climb_prior: tuple[float, float] | None = None
 
     def robust(self, refresh_every: int) -> tuple[float, float]:
         """(median, robust scale) of the baseline, recomputed every few appends (it moves
@@ -525,7 +535,10 @@ class _StepSeries:
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "baseline": list(self.baseline), "seen": self.seen,
                 "run": self.run, "run_step": self.run_step, "regressed": self.regressed,
-                "hot_since_alert": self.hot_since_alert, "cool": self.cool}
+                "hot_since_alert": self.hot_since_alert, "cool": self.cool,
+                "recent": list(self.recent), "climb_vals": self.climb_vals,
+                "climb_steps": self.climb_steps, "climb_fired": self.climb_fired,
+                "climb_prior": list(self.climb_prior) if self.climb_prior else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,6 +552,23 @@ class _Fired:
     @classmethod
     def of(cls, s: _StepSeries) -> _Fired:
         return cls(s.metric, len(s.run), s.run_step)
+
+
+@dataclass(frozen=True, slots=True)
+class _Climb:
+    """A steep climb of the loss, taken when it fired: its figures and their steps."""
+
+    losses: tuple[float, ...]  # from the start of the climb to the line that fired (capped)
+    first_step: int | None
+    last_step: int | None
+    rises: int  # rises in a row up to the line that fired
+
+
+_CLIMB_CAP = 32  # values of a rising run kept (its first and the last ones)
+# No single rise makes more than this share of a climb: one jump is no climb (a jump that
+# stays is the doubled-and-stayed rule's case, one that does not is a spike).
+_CLIMB_SPREAD = 2 / 3
+_RISES: dict[int, re.Pattern[bytes]] = {}
 
 
 @dataclass(slots=True)
@@ -1105,10 +1135,27 @@ _DIVERGED_REMEDIATION = Remediation(
 )
 
 
+_CLIMB_REMEDIATION = Remediation(
+    summary="The training loss rose steeply on several logged steps in a row, to a new high: "
+            "the run is diverging (a learning-rate spike, bad data, an optimizer state gone "
+            "wrong) unless it turns back at once.",
+    steps=(
+        ("Watch the next logged steps; if the loss keeps rising, stop the run or roll back "
+         "to the last checkpoint from before the climb."),
+        ("Look at what changed where it began: learning-rate schedule (warm-up end, restart), "
+         "a new data shard, a resumed optimizer state."),
+        "Lower the learning rate or enable gradient clipping before resuming.",
+    ),
+    action="fix_job_config",
+)
+
+
 class LossTrendDetector(_Trend):
     """``training_loss_diverged``: the loss at least doubled over its own rolling median and
     stayed there for ``sustain`` progress lines in a row (a single spike, noise around a
-    falling loss, and the early fall of the loss raise nothing).
+    falling loss, and the early fall of the loss raise nothing); or it climbed steeply: it rose
+    on ``climb`` progress lines in a row to at least ``climb_ratio`` times where the climb
+    began, and above the recent losses by at least their own spread (see ``_climb_many``).
 
     One series per stream, rank and progress shape (a Megatron line's loss and a tqdm bar's
     are different figures); the same rolling median, robust z-score and sustain rule as the
@@ -1131,6 +1178,8 @@ class LossTrendDetector(_Trend):
         ratio: float = 2.0,
         sustain: int = 8,
         rebaseline: int = 100,
+        climb: int = 4,
+        climb_ratio: float = 1.5,
         host: str = "",
         status: str = "stable",
         metrics: SelfMetrics | None = None,
@@ -1138,7 +1187,94 @@ class LossTrendDetector(_Trend):
         super().__init__(clock, reader, host, metrics, status, window=window, warmup=warmup,
                          min_baseline=min_baseline, z=z, ratio=ratio, sustain=sustain,
                          rebaseline=rebaseline)
+        self.climb = climb
+        self.climb_ratio = climb_ratio
+        self._rises = _RISES.setdefault(climb, re.compile(b"\x01{%d,}" % climb))
         self._steps: dict[str, int] = {}  # series -> the last step it printed
+
+    def _new_series(self) -> _StepSeries:
+        return _StepSeries("loss", deque(maxlen=self.window),
+                           recent=deque(maxlen=self.window + self.climb + 1))
+
+    def _climb_many(self, s: _StepSeries, xs: list[float],
+                    step_of: Callable[[int], int | None]) -> list[tuple[int, _Climb]]:
+        """The steep-climb rule over ``xs`` in order (the run carried from earlier values
+        included); (index, climb) of each value that fired.
+
+        A climb is a run of losses each above the one before. It fires once, at the first
+        value that is ``climb`` rises or more into it, at least ``climb_ratio`` times its first
+        value, with no single rise more than ``_CLIMB_SPREAD`` of the whole (a steady climb,
+        not one jump), and at least as far above the largest of the ``window`` losses before
+        the climb as that largest is above their median (a new high by the window's own
+        spread: not a rebound within the noise). With no loss before it (a log that starts
+        there) the last condition holds. The rises are found in bulk (one comparison per value
+        in C, one regex over the flags); only runs long enough are looked at in Python.
+        """
+        vals = s.climb_vals
+        carried = len(vals)
+        if len(xs) == 1:  # one line: what the loop below does, without building anything
+            x = xs[0]
+            if not vals or x <= vals[-1]:  # a new run starts at x
+                s.climb_vals, s.climb_steps = [x], [step_of(0)]
+                s.climb_prior, s.climb_fired = None, False
+                s.recent.append(x)
+                return []
+            if carried < self.climb or s.climb_fired:  # too short to fire, or fired already
+                vals.append(x)
+                s.climb_steps.append(step_of(0))
+                if len(vals) > _CLIMB_CAP:
+                    del vals[1], s.climb_steps[1]
+                s.recent.append(x)
+                return []
+        ext = vals + xs
+        k = self.climb
+        fired: list[tuple[int, _Climb]] = []
+        recent = s.recent
+        base = len(recent) - carried  # index in ``recent + xs`` of ``ext[0]`` (uncapped)
+
+        def step_at(t: int) -> int | None:
+            return s.climb_steps[t] if t < carried else step_of(t - carried)
+
+        flags = bytes(map(operator.gt, ext[1:], ext[:-1]))  # flags[j]: ext[j+1] > ext[j]
+        end = len(ext) - 1
+        last_prior: tuple[float, float] | None = None
+        last_fired = False
+        for m in self._rises.finditer(flags):
+            a, b = m.start(), m.end()  # ext[a..b] rises all the way
+            carry_run = a == 0 and carried > 0
+            done = carry_run and s.climb_fired
+            prior = s.climb_prior if carry_run else None
+            for t in range(a + k, b + 1):
+                if prior is None:  # (max, median) of the losses before the climb
+                    seq = [*recent, *xs]
+                    at = max(base + a, 0)
+                    window = seq[max(at - self.window, 0):at]
+                    prior = ((max(window), statistics.median(window)) if window
+                             else (-math.inf, -math.inf))
+                if done or t < carried:
+                    continue
+                x, x0 = ext[t], ext[a]
+                high, mid = prior
+                if x0 > 0 and x >= self.climb_ratio * x0 and (
+                        high == -math.inf or x >= 2 * high - mid) and max(
+                        map(operator.sub, ext[a + 1:t + 1], ext[a:t])) <= _CLIMB_SPREAD * (x - x0):
+                    shown = ext[a:t + 1]
+                    if len(shown) > _CLIMB_CAP:
+                        shown = [shown[0], *shown[-_CLIMB_CAP + 1:]]
+                    fired.append((t - carried, _Climb(tuple(shown), step_at(a), step_at(t),
+                                                      t - a)))
+                    done = True
+            if b == end:  # the run goes on into the next values
+                last_prior, last_fired = prior, done
+        begin = flags.rfind(b"\x00") + 1  # the last rising run: ext[begin:]
+        run = list(range(begin, len(ext)))
+        if len(run) > _CLIMB_CAP:
+            run = [run[0], *run[-_CLIMB_CAP + 1:]]
+        s.climb_steps = [step_at(t) for t in run]
+        s.climb_vals = [ext[t] for t in run]
+        s.climb_prior, s.climb_fired = last_prior, last_fired
+        recent.extend(xs)
+        return fired
 
     def on_open(self, stream: StreamContext) -> None:
         return None
@@ -1158,7 +1294,10 @@ class LossTrendDetector(_Trend):
         series = self._series.get(skey)
         last = self._steps.get(skey)
         if series is None or (step is not None and last is not None and step < last):
-            series = self._series[skey] = _StepSeries("loss", deque(maxlen=self.window))
+            old = series
+            series = self._series[skey] = self._new_series()
+            if old is not None:  # the figure's recent level and noise: the climb's yardstick
+                series.recent.extend(old.recent)
             while len(self._series) > MAX_SERIES:
                 gone, _s = self._series.popitem(last=False)
                 self._steps.pop(gone, None)
@@ -1179,9 +1318,13 @@ class LossTrendDetector(_Trend):
         series = self._series_of(f"{info.key}\x1f{line.rank or '-'}\x1f{progress.kind}",
                                  progress.step)
         got = self._update(series, loss, progress.step)
-        if got is None or event.replaying:
+        climbs = self._climb_many(series, [loss], partial(_always, progress.step))
+        if event.replaying:
             return ()
-        return (self._diverged(info, line, progress, _Fired.of(series), got[0], got[1]),)
+        out = [self._climbed(info, line, progress, c) for _j, c in climbs]
+        if got is not None:
+            out.append(self._diverged(info, line, progress, _Fired.of(series), got[0], got[1]))
+        return out
 
     def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
         """As ``on_line`` for each delivered part, in order; a series read only by the
@@ -1222,8 +1365,8 @@ class LossTrendDetector(_Trend):
         in_order = len(self._series) + new > MAX_SERIES  # eviction order: line by line
         items: list[tuple[int, str, float, int | None, Callable[[], tuple[LogLine,
                                                                         Progress]]]] = []
-        fired: list[tuple[int, _Fired, float, float, Callable[[], tuple[LogLine,
-                                                                       Progress]]]] = []
+        fired: list[tuple[int, _Fired | _Climb, float, float,
+                          Callable[[], tuple[LogLine, Progress]]]] = []
         touched: list[tuple[int, str]] = []
         for (rank, kind), (blocks, recs) in groups.items():
             skey = f"{prefix}{rank or '-'}\x1f{kind}"
@@ -1233,10 +1376,15 @@ class LossTrendDetector(_Trend):
                 for seg in _runs(steps, idx, self._steps.get(skey)):  # split where steps go back
                     xs = [x for i in seg if (x := losses[i]) is not None]
                     series = self._series_of(skey, steps[seg[0]])
-                    for j, before, after, state in self._update_many(
-                            series, xs, partial(_step_at, steps, seg)):
+                    step_fn = partial(_step_at, steps, seg)
+                    for j, before, after, state in self._update_many(series, xs, step_fn):
                         i = seg[j]
                         fired.append((_pos(*shape.key(i)), state, before, after,
+                                      partial(_made, _bulk_line(chunk, shape.record(i)),
+                                              shape.record(i))))
+                    for j, climb in self._climb_many(series, xs, step_fn):
+                        i = seg[j]
+                        fired.append((_pos(*shape.key(i)), climb, 0.0, 0.0,
                                       partial(_made, _bulk_line(chunk, shape.record(i)),
                                               shape.record(i))))
                     last_step = next((st for i in reversed(seg)
@@ -1268,10 +1416,15 @@ class LossTrendDetector(_Trend):
                     for part_seg in _runs(steps, run, self._steps.get(skey)):
                         xs = [x for i in part_seg if (x := losses[i]) is not None]
                         series = self._series_of(skey, steps[part_seg[0]])
-                        for j, before, after, state in self._update_many(
-                                series, xs, partial(_step_at, steps, part_seg)):
+                        step_fn = partial(_step_at, steps, part_seg)
+                        for j, before, after, state in self._update_many(series, xs, step_fn):
                             i = part_seg[j]
                             fired.append((_pos(*shape.key(i)), state, before, after,
+                                          partial(_made, _bulk_line(chunk, shape.record(i)),
+                                                  shape.record(i))))
+                        for j, climb in self._climb_many(series, xs, step_fn):
+                            i = part_seg[j]
+                            fired.append((_pos(*shape.key(i)), climb, 0.0, 0.0,
                                           partial(_made, _bulk_line(chunk, shape.record(i)),
                                                   shape.record(i))))
                         last_step = next((st for i in reversed(part_seg)
@@ -1285,9 +1438,11 @@ class LossTrendDetector(_Trend):
                 assert loss is not None
                 series = self._series_of(skey, rec[R_STEP])
                 got = self._update(series, loss, rec[R_STEP])
+                made_part = partial(_made, _part_line(info, line, part), rec)
                 if got is not None:
-                    fired.append((pos, _Fired.of(series), got[0], got[1],
-                                  partial(_made, _part_line(info, line, part), rec)))
+                    fired.append((pos, _Fired.of(series), got[0], got[1], made_part))
+                for _j, climb in self._climb_many(series, [loss], partial(_always, rec[R_STEP])):
+                    fired.append((pos, climb, 0.0, 0.0, made_part))
                 last_pos = pos
             touched.append((last_pos, skey))
         items.sort(key=itemgetter(0))
@@ -1296,18 +1451,45 @@ class LossTrendDetector(_Trend):
             got = self._update(series, loss, step)
             if got is not None:
                 fired.append((pos, _Fired.of(series), got[0], got[1], made))
+            for _j, climb in self._climb_many(series, [loss], partial(_always, step)):
+                fired.append((pos, climb, 0.0, 0.0, made))
             touched.append((pos, skey))
         for _at, skey in sorted(touched):
             if skey in self._series:
                 self._series.move_to_end(skey)
         out: list[Detection] = []
         replay_below = chunk.replay_below - chunk.base
-        for pos, state, before, after, made in sorted(fired, key=itemgetter(0)):
+        for pos, what, before, after, make in sorted(fired, key=itemgetter(0)):
             if (pos >> _PART_BITS) < replay_below:
                 continue
-            log_line, progress = made()
-            out.append(self._diverged(info, log_line, progress, state, before, after))
+            log_line, progress = make()
+            if isinstance(what, _Climb):
+                out.append(self._climbed(info, log_line, progress, what))
+            else:
+                out.append(self._diverged(info, log_line, progress, what, before, after))
         return out
+
+    def _climbed(self, info: StreamInfo, line: LogLine, progress: Progress,
+                 climb: _Climb) -> Detection:
+        first, last = climb.losses[0], climb.losses[-1]
+        ratio = last / first
+        figures = " -> ".join(_fmt(x) for x in climb.losses)
+        facts: list[tuple[str, str]] = [
+            ("series", progress.kind), ("rule", "climb"), ("before_loss", _fmt(first)),
+            ("after_loss", _fmt(last)), ("ratio", f"{ratio:.2f}"),
+            ("rises", str(climb.rises)), ("losses", figures)]
+        if climb.first_step is not None:
+            facts.append(("since_step", str(climb.first_step)))
+        if climb.last_step is not None:
+            facts.append(("step", str(climb.last_step)))
+        where = (f" over steps {climb.first_step}-{climb.last_step}"
+                 if climb.first_step is not None and climb.last_step is not None else "")
+        return self._detection(
+            info, line, signature="training_loss_diverged",
+            title="Training Loss Climbing Steeply", severity=Severity.WARNING,
+            remediation=_CLIMB_REMEDIATION, facts=facts,
+            about=(f"loss rose on {climb.rises} progress lines in a row{where}: {figures} "
+                   f"({ratio:.1f}x)"))
 
     def _diverged(self, info: StreamInfo, line: LogLine, progress: Progress, series: _Fired,
                   before: float, after: float) -> Detection:
@@ -1343,7 +1525,14 @@ class LossTrendDetector(_Trend):
                                           maxlen=self.window),
                 seen=int(raw["seen"]), run=[float(v) for v in raw["run"]],
                 run_step=raw.get("run_step"), regressed=bool(raw["regressed"]),
-                hot_since_alert=int(raw["hot_since_alert"]), cool=int(raw["cool"]))
+                hot_since_alert=int(raw["hot_since_alert"]), cool=int(raw["cool"]),
+                recent=deque((float(v) for v in raw.get("recent", ())),
+                             maxlen=self.window + self.climb + 1),
+                climb_vals=[float(v) for v in raw.get("climb_vals", ())],
+                climb_steps=list(raw.get("climb_steps", ())),
+                climb_fired=bool(raw.get("climb_fired", False)),
+                climb_prior=(float(raw["climb_prior"][0]), float(raw["climb_prior"][1]))
+                if raw.get("climb_prior") else None)
         self._steps = {str(k): int(v) for k, v in dict(state.get("steps", {})).items()}
 
 
@@ -1390,6 +1579,10 @@ def _interleave(blocks: list[tuple[Shape, list[int]]], others: list[Any],
     if b < len(idx):
         out.append((shape, idx[b:]))
     return out
+
+
+def _always(step: int | None, _j: int) -> int | None:
+    return step
 
 
 def _step_at(steps: list[int | None], idx: list[int], j: int) -> int | None:
@@ -1896,6 +2089,13 @@ _NONFINITE_REMEDIATION = Remediation(
     action="fix_job_config",
 )
 _QUIET_ENDS_RUN = 10  # progress records without a halving that end a run of halvings
+# Training is under way (past any start-up search of the loss scale) once a progress record
+# shows this many optimiser steps, or a whole epoch done (Hugging Face's ``'epoch': x``).
+UNDER_WAY_STEP = 200
+UNDER_WAY_EPOCH = 1.0
+# Every common dynamic loss scaler starts its search at 2^16 (DeepSpeed, apex, torch) or above
+# (Megatron: 2^32): a run of halvings from below 2^15 is no fresh start-up search.
+SEARCH_FLOOR = 2.0 ** 15
 _COLLAPSE_REMEDIATION = Remediation(
     summary="The fp16 dynamic loss scale is halved record after record mid-run: the gradients "
             "overflow at almost every step, so the optimiser skips them (no training happens) "
@@ -1918,6 +2118,25 @@ _SCALE_REMEDIATION = Remediation(
     ),
     action="fix_job_config",
 )
+
+
+def _under_way(rec: ProgressRecord) -> bool:
+    """The record shows training well past its first steps (``UNDER_WAY_STEP``, an epoch)."""
+    step, epoch = rec[R_STEP], rec[R_EPOCH]
+    return ((step is not None and step >= UNDER_WAY_STEP)
+            or (epoch is not None and epoch >= UNDER_WAY_EPOCH))
+
+
+def _first_under_way(shape: Shape, idx: list[int]) -> int | None:
+    """The first of ``idx`` whose record shows training under way, or None."""
+    steps, epochs = shape.steps, shape.epochs
+    for i in idx:
+        step = steps[i]
+        if step is not None and step >= UNDER_WAY_STEP:
+            return i
+        if epochs is not None and (e := epochs[i]) is not None and e >= UNDER_WAY_EPOCH:
+            return i
+    return None
 
 
 def _skipped(text: str) -> bool:
@@ -1988,6 +2207,13 @@ class _Numbers:
     halving_step: int | None = None  # the step of the first of them
     collapse_fired: bool = False
     quiet: int = 0  # records without a halving since the last one
+    # every halving of the current run, settled or not (the position rule)
+    under_way: bool = False  # a record showed training under way (``_under_way``)
+    run_all: int = 0
+    run_from: float | None = None  # the scale before the run's first halving (or after it,
+    run_from_known: bool = False  # when no earlier scale was printed: then this is False)
+    run_step: int | None = None
+    bare_last: bool = False  # the last halving was an overflow line without its scale
 
     def held(self) -> None:
         """The scale held or grew: training is under way, a run of halvings ends."""
@@ -1996,6 +2222,8 @@ class _Numbers:
 
     def end_run(self) -> None:
         self.halvings, self.halving_from, self.halving_step = 0, None, None
+        self.run_all, self.run_from, self.run_step = 0, None, None
+        self.run_from_known = False
         self.collapse_fired = False
 
 
@@ -2126,6 +2354,9 @@ class BadNumbersDetector(_Base):
         scales_at = [(pos, sc) for pos, rec, _l, _p in items
                      if (sc := rec[R_LOSS_SCALE]) is not None and math.isfinite(sc)]
         for shape, idx in blocks:
+            if not st.under_way and (i := _first_under_way(shape, idx)) is not None:
+                rec = shape.record(i)  # the record that shows training under way: taken alone
+                events.append((_pos(shape.starts[i], rec[R_PART]), rec, _bulk_line(chunk, rec)))
             scales, skipped = shape.loss_scales, shape.skipped
             if skipped is None and not shape.scaled:
                 continue
@@ -2151,6 +2382,8 @@ class BadNumbersDetector(_Base):
             self._add(st, sums, -1, 1 << 62)
             return out
         events.sort(key=itemgetter(0))
+        if len(events) > 1:  # a record may be an event twice (under way and a new scale)
+            events = [e for k, e in enumerate(events) if k == 0 or e[0] != events[k - 1][0]]
         prev = -1
         for pos, rec, make in events:
             self._add(st, sums, prev, pos)
@@ -2269,48 +2502,91 @@ class BadNumbersDetector(_Base):
     def _collapse(self, info: StreamInfo, st: _Numbers, rec: ProgressRecord, overflow: bool,
                   replaying: bool, make_line: Callable[[], LogLine]) -> Detection | None:
         """The loss scale halved record after record mid-run (before ``_take`` moves the
-        scale): ``training_loss_scale_collapse`` once per run of halvings."""
+        scale): ``training_loss_scale_collapse`` once per run of halvings.
+
+        A halving is an overflow line or a lower scale. Not one: the same lowered scale
+        reported again right after (another rank without a prefix, a second logger line of
+        the same optimiser), an overflow whose scale is printed on another line or that the
+        scaler absorbed (hysteresis: the scale did not move). Mid-run means past the start-up
+        search: the scale held or grew once, or ``settled_records`` progress records without
+        a halving came first (the halvings since count), or training was shown under way (an
+        optimiser step of ``UNDER_WAY_STEP`` or a whole epoch, before or during the run) and
+        the run began below ``SEARCH_FLOOR`` (every halving of the run counts).
+        """
         scale, before = rec[R_LOSS_SCALE], st.scale
         if scale is not None and not math.isfinite(scale):
             scale = None
         attempted = rec[R_ATTEMPTED]
+        if _under_way(rec):
+            st.under_way = True
+        if overflow and scale is None and (attempted is not None or before is not None):
+            if attempted is not None and before is not None and attempted > before:
+                st.held()  # the scale grew since it was last seen
+            return None  # the scaler kept its scale (hysteresis), or it is on another line
+        if (overflow and scale is not None and scale == before
+                and (attempted is None or attempted <= scale or st.quiet == 0)):
+            return None  # the same halving reported again, or the scale kept
         if attempted is not None and before is not None and attempted > before:
             st.held()  # the scale grew since it was last seen
         halved = overflow or (scale is not None and before is not None and scale < before)
         if not halved:
             self._steady(st, 1, held=scale is not None and before is not None)
             return None
+        bare = scale is None and attempted is None
+        known = attempted if attempted is not None else before
+        start = known if known is not None else scale
+        if st.bare_last and st.quiet == 0:  # right after an overflow line without a scale
+            if not bare:  # its scale: the same halving
+                st.bare_last = False
+                if st.run_from is None:
+                    st.run_from, st.run_from_known = start, known is not None
+            return None  # or the same overflow line again (another rank)
+        st.bare_last = bare
         st.quiet = 0
-        if not (st.settled or st.good >= self.settled_records):
-            st.end_run()  # the start-up search: halving at the first steps is normal
-            return None
-        if st.halvings == 0:
-            st.halving_from = attempted if attempted is not None else before
-            st.halving_step = rec[R_STEP]
-        st.halvings += 1
-        if (st.halvings < self.halvings or st.collapse_fired
-                or not (st.settled or st.good >= self.settled_records)):
+        if st.run_all == 0:
+            st.run_step = rec[R_STEP]
+        if st.run_from is None:
+            st.run_from, st.run_from_known = start, known is not None
+        st.run_all += 1
+        settled = st.settled or st.good >= self.settled_records
+        if not settled:  # the start-up search: halving at the first steps is normal
+            st.halvings, st.halving_from, st.halving_step = 0, None, None
+        else:
+            if st.halvings == 0:
+                st.halving_from, st.halving_step = start, rec[R_STEP]
+            st.halvings += 1
+        by_settled = settled and st.halvings >= self.halvings
+        by_position = (st.under_way and st.run_all >= self.halvings
+                       and st.run_from is not None and st.run_from < SEARCH_FLOOR)
+        if st.collapse_fired or not (by_settled or by_position):
             return None
         st.collapse_fired = True
         if replaying:
             return None
+        count, since_from, since_step = (
+            (st.halvings, st.halving_from, st.halving_step) if by_settled
+            else (st.run_all, st.run_from, st.run_step))
+        first_only = not by_settled and not st.run_from_known  # "reducing to 512" came first
         now = scale if scale is not None else before
-        facts = [("halvings", str(st.halvings))]
-        if st.halving_from is not None:
-            facts.append(("loss_scale_from", _fmt_scale(st.halving_from)))
+        facts = [("halvings", str(count))]
+        if since_from is not None:
+            facts.append(("loss_scale_after_first" if first_only else "loss_scale_from",
+                          _fmt_scale(since_from)))
         if now is not None:
             facts.append(("loss_scale", _fmt_scale(now)))
-        if st.halving_step is not None:
-            facts.append(("since_step", str(st.halving_step)))
+        if since_step is not None:
+            facts.append(("since_step", str(since_step)))
         if rec[R_STEP] is not None:
             facts.append(("step", str(rec[R_STEP])))
-        fell = (f": {_fmt_scale(st.halving_from)} -> {_fmt_scale(now)}"
-                if st.halving_from is not None and now is not None else "")
+        fell = ""
+        if since_from is not None and now is not None:
+            fell = (f": down to {_fmt_scale(now)} ({_fmt_scale(since_from)} after the first)"
+                    if first_only else f": {_fmt_scale(since_from)} -> {_fmt_scale(now)}")
         return self._detection(
             info, make_line(), signature="training_loss_scale_collapse",
             title="Loss Scale Halved On Every Step", severity=Severity.WARNING,
             remediation=_COLLAPSE_REMEDIATION, facts=facts,
-            about=(f"fp16 loss scale halved {st.halvings} times in a row mid-run{fell}: the "
+            about=(f"fp16 loss scale halved {count} times in a row mid-run{fell}: the "
                    "optimiser skips the steps"))
 
     def _steady(self, st: _Numbers, count: int, *, held: bool) -> None:
@@ -2330,7 +2606,8 @@ class BadNumbersDetector(_Base):
             "series": {k: [s.bad, s.first_bad_step, sorted(s.which), s.fired,
                            s.since_overflow, s.scale, s.max_scale, s.scale_fired,
                            s.last_finite_loss, s.good, s.settled, s.halvings, s.halving_from,
-                           s.halving_step, s.collapse_fired, s.quiet]
+                           s.halving_step, s.collapse_fired, s.quiet, s.under_way, s.run_all,
+                           s.run_from, s.run_from_known, s.run_step, s.bare_last]
                        for k, s in self._series.items()},
         }
 
@@ -2349,4 +2626,9 @@ class BadNumbersDetector(_Base):
                 st.good, st.settled, st.halvings = int(good), bool(settled), int(halvings)
                 st.halving_from, st.halving_step = since_from, since_step
                 st.collapse_fired, st.quiet = bool(collapse_fired), int(quiet)
+            if len(raw) >= 22:  # the position rule's state (absent from older checkpoints)
+                under_way, run_all, run_from, run_from_known, run_step, bare_last = raw[16:22]
+                st.under_way, st.run_all, st.run_from = bool(under_way), int(run_all), run_from
+                st.run_from_known, st.run_step = bool(run_from_known), run_step
+                st.bare_last = bool(bare_last)
             self._series[str(key)] = st
