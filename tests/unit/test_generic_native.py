@@ -197,6 +197,9 @@ def test_a_kernel_report_quoted_in_a_jobs_output_is_not_a_crash() -> None:
 # Lines for each phrase of ``native._PHRASE_RES``, in its order (one per branch with its own
 # literal in ``native._PHRASE_HINTS``).
 PHRASE_EXAMPLES: list[tuple[str, ...]] = [
+    ("W0828 22:53:47.001000 139822188226368 torch/distributed/elastic/agent/server/api.py:688]"
+     " Received Signals.SIGHUP death signal, shutting down workers",
+     "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15"),
     ("terminate called after throwing an instance of 'c10::Error'",
      "terminate called recursively"),
     ("double free or corruption (out)", "free(): invalid pointer",
@@ -243,6 +246,9 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
      "process 2 terminated with exit code 1",
      "srun: error: gpu-07: tasks 0-3: Exited with exit code 2",
      "=   EXIT CODE: 9",
+     "[INFO]: train job failed! train_ret: 1",
+     "ERROR 2021-05-24 17:17:14,611 launch_utils.py:545] ABORT!!! Out of all 4 trainers, the "
+     "trainer process with rank=[3] was aborted. Please check its log.",
      "trainer-1 exited with code 1",
      "2024-05-01 12:00:00,000 INFO exited: trainer (exit status 2; not expected)",
      "mpirun detected that one or more processes exited with non-zero status, thus causing",
@@ -432,3 +438,119 @@ class TestLaunchersReportingAFailureStatus:
         d = only(found, "generic_error_record")
         assert Severity.WARNING == d.severity
         assert "Killing subprocess 3966" in dict(d.facts)["ended"]
+
+
+class TestShellReportsOfAnyLength:
+    @pytest.mark.parametrize("line", [
+        'bash: 行 1: 12013 段错误               (核心已转储) env "PYCHARM_HOSTED"="1" '
+        '"PYTHONPATH"="' + "/home/u/pytorch:" * 30 + '" /home/u/envs/bin/python3.6 -u x.py',
+        'bash: line 1: 12013 Segmentation fault (core dumped) env "PYTHONUNBUFFERED"="1" '
+        "python3 -u " + "/very/long/path" * 30 + "/train.py",
+        "./run.sh: line 9: 4711 Bus error               (core dumped) python train.py",
+    ], ids=["zh-padded-long-command", "en-one-space", "en-padded"])
+    def test_the_shell_report_names_the_signal_whatever_the_padding_and_command(
+            self, line: str) -> None:
+        """bash pads the description to a column (zh_CN counts bytes, so wider), then
+        ``(core dumped)``, one space and the command line, which an IDE makes long."""
+        assert _crash(line + "\n")["signal"] in ("SIGSEGV", "SIGBUS")
+
+    @pytest.mark.parametrize("line", [
+        "Segmentation fault (core dumped) when I run it, any idea?",
+        "bash: line 1: Killed by the user, restarting",
+    ])
+    def test_prose_about_a_crash_is_not_a_shell_report(self, line: str) -> None:
+        assert [] == loud(generic_scan(line + "\n"))
+
+
+class TestALauncherSignalledFromOutside:
+    """torchelastic's agent received a signal and took its workers down: the job was stopped
+    from outside (a closed terminal, a scheduler, an operator), a warning whatever the
+    signal, naming it."""
+
+    @pytest.mark.parametrize(("line", "signal"), [
+        ("W0828 22:53:47.001000 139822188226368 torch/distributed/elastic/agent/server/api.py:688]"
+         " Received Signals.SIGHUP death signal, shutting down workers", "SIGHUP"),
+        ("[2024-05-01 12:00:00,000] torch.distributed.elastic.agent.server.api: [WARNING] "
+         "Received Signals.SIGTERM death signal, shutting down workers", "SIGTERM"),
+        ("W0101 torch/distributed/elastic/agent/server/api.py:688] Received Signals.SIGINT "
+         "death signal, shutting down workers", "SIGINT"),
+        ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got "
+         "signal: 1", "SIGHUP"),
+    ], ids=["sighup", "sigterm", "sigint", "signal-exception"])
+    def test_the_launcher_s_death_signal_is_a_warning_naming_it(self, line: str,
+                                                                 signal: str) -> None:
+        d = only(generic_scan(line + "\n"), CRASH)
+        assert Severity.WARNING == d.severity
+        assert {"kind": "signalled", "signal": signal} == dict(d.captures)
+
+    def test_the_fan_out_after_it_makes_no_second_detection(self) -> None:
+        found = generic_scan(text_of('''
+            W0828 22:53:47.001000 1398 torch/distributed/elastic/agent/server/api.py:688] Received Signals.SIGHUP death signal, shutting down workers
+            W0828 22:53:47.001000 1398 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 246140 closing signal SIGHUP
+            W0828 22:53:47.002000 1398 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 246141 closing signal SIGHUP
+            '''))
+
+        assert ["signalled"] == [dict(d.captures)["kind"] for d in loud(found)]
+
+    def test_a_child_stopped_by_ctrl_c_stays_quiet(self) -> None:
+        """The child's own Ctrl-C is still nothing: only the launcher's death signal is news."""
+        assert [] == generic_scan("Child process 4411 exited with signal 2\n")
+
+
+class TestALauncherReportOfALostTrainer:
+    @pytest.mark.parametrize("line", [
+        "ERROR 2021-05-24 17:17:14,611 launch_utils.py:545] ABORT!!! Out of all 4 trainers, "
+        "the trainer process with rank=[3] was aborted. Please check its log.",
+        "the worker process with rank=[0, 2] were aborted",
+        "[INFO]: train job failed! train_ret: 1",
+        "job failed! proc_ret=2",
+    ])
+    def test_a_failed_or_aborted_trainer_is_a_failure_status(self, line: str) -> None:
+        d = only(generic_scan(line + "\n"), CRASH)
+        assert Severity.WARNING == d.severity
+        assert "exit" == dict(d.captures)["kind"]
+
+    @pytest.mark.parametrize("line", [
+        "[INFO]: train job finished! train_ret: 0",
+        "[INFO]: train job failed! train_ret: 0",
+        "INFO the request was aborted by the client, retrying",
+    ])
+    def test_status_zero_and_other_aborts_are_not(self, line: str) -> None:
+        assert [] == loud(generic_scan(line + "\n"))
+
+
+class TestANativeExceptionThrown:
+    """c10::Error's what() ends with where it was thrown (``Exception raised from f at
+    file:line (most recent call first):``) and the native frames; the message is the line
+    before it. Printed outside a Python traceback (a warning record, a watchdog thread) it is
+    a warning of its own, whatever the message."""
+
+    def test_a_c10_error_dump_names_where_it_was_raised_and_its_message(self) -> None:
+        found = generic_scan(text_of('''
+            [rank6]:[W729 10:15:17.529361055 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=76): Connection reset by peer
+            Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:675 (most recent call first):
+            frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98 (0x7faded9785e8 in /env/lib/python3.12/site-packages/torch/lib/libc10.so)
+            frame #1: <unknown function> + 0x5ba8bfe (0x7fadd1edcbfe in /env/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so)
+            '''))
+
+        d = only(found, CRASH)
+        assert Severity.WARNING == d.severity
+        captures = dict(d.captures)
+        assert ("exception", "recvBytes (Utils.hpp:675)") == (captures["kind"],
+                                                               captures["frame"])
+        assert captures["what"].endswith("Connection reset by peer")
+
+    def test_inside_a_python_traceback_it_is_the_traceback_s_message(self) -> None:
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/job/train.py", line 12, in <module>
+                loss.backward()
+            RuntimeError: CUDA error: an illegal memory access was encountered
+            Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43 (most recent call first):
+            frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f in /x/libc10.so)
+            '''))
+
+        assert ["generic_traceback"] == [d.signature for d in loud(found)]
+
+    def test_a_mention_of_the_words_is_not_one(self) -> None:
+        assert [] == loud(generic_scan("Exception raised from a worker, see above\n"))

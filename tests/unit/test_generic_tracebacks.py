@@ -9,6 +9,7 @@ they show what it catches on its own.
 
 from __future__ import annotations
 
+import pytest
 from support.generic import generic_scan, loud, only, text_of
 
 from sigwatch.model import Severity
@@ -635,6 +636,50 @@ class TestWhoPrintedTheTraceback:
               File "/job/train.py", line 5, in <module>
                 import apex
             ModuleNotFoundError: No module named 'apex'
+            '''))
+
+        assert [] == loud(found)
+
+
+class TestAProgressRecordDoesNotClaimTheTracebackAfterIt:
+    """A record just before a traceback claims it (its ``exc_info``) only if it could be the
+    message of a logged exception: a progress or metrics record that names no failure is the
+    run's last step, and the traceback after it is the interpreter's, which ended the run."""
+
+    @pytest.mark.parametrize("record", [
+        "[2019-06-20 15:29:11,657] [INFO] epoch 0: iter 530, total_loss=25.726513 "
+        "reg_loss=6.941636 learning rate =5.000000e-04 (25.5 examples/sec)",
+        "2024-01-01 12:00:00,000 - trainer - INFO - step 100 loss 2.31 lr 1e-4",
+        "INFO:root:Epoch 3 | loss: 0.123 | acc: 0.91",
+        "I0512 08:11:02.000123 140233 train.py:88] step=1200 loss=1.93 grad_norm=0.41",
+    ], ids=["bracketed", "dashes", "colons", "absl"])
+    def test_a_stop_iteration_after_a_metrics_record_is_a_failure(self, record: str) -> None:
+        found = generic_scan(record + "\n" + text_of('''
+            Traceback (most recent call last):
+              File "train.py", line 8, in <module>
+                trainer.train()
+              File "/job/trainer.py", line 405, in _train
+                examples = next(train_ds)
+            StopIteration
+            '''))
+
+        d = only(found, TB)
+        assert Severity.ERROR == d.severity
+        assert "/job/trainer.py:405 in _train" == dict(d.captures)["frame"]
+
+    @pytest.mark.parametrize("record", [
+        "2024-01-01 12:00:00,000 - trainer - WARNING - step=1200 failed to save, loss=1.93",
+        "INFO:root:Exception while evaluating batch=3 rank=0:",
+        "WARNING:train:could not read shard 17, skipping (retries: 3, left: 2)",
+    ], ids=["failed", "exception", "could-not"])
+    def test_a_record_naming_a_failure_still_claims_the_traceback(self, record: str) -> None:
+        """With numbers in it or not, a record that names a failure is the message of
+        ``logger.warning(..., exc_info=True)``: quiet as before."""
+        found = generic_scan(record + "\n" + text_of('''
+            Traceback (most recent call last):
+              File "/job/trainer.py", line 405, in _train
+                examples = next(train_ds)
+            StopIteration
             '''))
 
         assert [] == loud(found)

@@ -38,6 +38,7 @@ from sigwatch.detectors.generic.native import (
     Crash,
     backtrace_start,
     match_crash,
+    raised_from,
 )
 from sigwatch.detectors.generic.records import Record, classify, level_of, parse_any
 from sigwatch.detectors.generic.tracebacks import (
@@ -509,6 +510,13 @@ class GenericDetector:
             out = self._close_rank(st, line.rank)
             st.reports[line.rank] = BacktraceReport(line, hold=self.hold, now=now)
             return out
+        raised = raised_from(text) if not in_traceback else None
+        if raised is not None:  # a native exception thrown, its message on the line before
+            message = strip_header(next((b for b in reversed(before(3)) if b.strip()),
+                                        "")).strip()
+            thrown = Crash("exception", None, clip(f"{message} (raised from {raised})", 200))
+            return self._emit(st, self._crash(st, thrown, line, what=clip(message, 200),
+                                              frame=raised))
         crash = match_crash(text)
         if crash is not None and crash.kind == "exit" and self._explained(st, now):
             crash = None  # the exit report of a failure already read: its evidence, not news
@@ -654,6 +662,10 @@ class GenericDetector:
             captures.append(("frame", frame))
         if crash.kind == "exit":
             severity, title = Severity.WARNING, "Process Exited With A Failure Status"
+        elif crash.kind == "exception":
+            severity, title = Severity.WARNING, "Native Exception Thrown"
+        elif crash.kind == "signalled":
+            severity, title = Severity.WARNING, "Launcher Signalled From Outside, Job Stopped"
         elif crash.fatal:
             severity, title = Severity.ERROR, "Process Crashed (Fatal Signal Or Abort)"
         else:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from sigwatch.detectors.generic._text import SIGNALS, clip, signal_name
 from sigwatch.detectors.generic.tracebacks import LineIn, Report, unmarked
 
-__all__ = ["BacktraceReport", "Crash", "backtrace_start", "match_crash"]
+__all__ = ["BacktraceReport", "Crash", "backtrace_start", "match_crash", "raised_from"]
 
 # Signals that mean the process crashed or was killed hard; the rest are a stop request.
 CRASH_SIGNALS = frozenset({4, 5, 6, 7, 8, 9, 11, 24, 25, 31})
@@ -64,6 +64,8 @@ class Crash:
     """What a crash line says: the kind of report, the signal if one is named, and a summary."""
 
     kind: str  # signal | abort | check | runtime_panic | exit (a failure status, no signal)
+    #          | signalled (a launcher stopped from outside, taking its workers down)
+    #          | exception (a native exception thrown: c10::Error's "Exception raised from")
     signal: int | None
     summary: str
     kernel: bool = False  # a kernel message: only news where the kernel says it
@@ -76,7 +78,8 @@ class Crash:
 
     @property
     def quiet(self) -> bool:
-        return self.signal in _QUIET_SIGNALS
+        """Ctrl-C on a child; a launcher that was signalled is news whatever the signal."""
+        return self.kind != "signalled" and self.signal in _QUIET_SIGNALS
 
 
 _SHELL_WORD = (r"(?P<word>Segmentation fault|Bus error|Floating point exception|Illegal instruction"
@@ -88,8 +91,12 @@ _ZSH_WORD = (r"(?P<zword>segmentation fault|bus error|floating point exception"
              r"|illegal hardware instruction|abort|killed|trace trap|terminated|hangup)")
 _SHELL_RE = re.compile(
     # bash: the report alone, with a job number, or "script: line N: PID <word>  command"
-    r"^(?:\[\d{1,4}\][+-]? +)?(?:\S{1,200}: (?:line|行) \d{1,7}: *)?(?:\d{1,10} +)?"
-    + _SHELL_WORD + r"(?P<core> ?\((?:core dumped|核心已转储)\))?(?:(?: {2,}|\t)\S.{0,300})?$"
+    # (``at``: bash pads the description to a column, wider in a zh_CN locale where it counts
+    # bytes, then "(core dumped)", one space and the command line, however long)
+    r"^(?:\[\d{1,4}\][+-]? +)?(?:(?P<at>\S{1,200}: (?:line|行) \d{1,7}: *\d{1,10} +)"
+    r"|(?:\S{1,200}: (?:line|行) \d{1,7}: *)?(?:\d{1,10} +)?)"
+    + _SHELL_WORD + r"(?P<core> {0,40}\((?:core dumped|核心已转储)\))?"
+    r"(?:(?(at)[ \t]+|(?: {2,}|\t))\S.{0,4000})?$"
     # zsh: "zsh: segmentation fault (core dumped)  python x.py", "[1]  1234 killed  python"
     r"|^(?:zsh: |\[\d{1,4}\] +\d{1,10} )" + _ZSH_WORD + r"(?: \(core dumped\))? +\S")
 # The shell's report glued to the end of a progress bar (tqdm's ``n/N [elapsed<left, rate]``)
@@ -99,6 +106,12 @@ _GLUED_RE = re.compile(
     + r"(?P<core> ?\((?:core dumped|核心已转储)\))?\s*$")
 _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(rx)) for kind, rx in (
+        # a launcher that was itself signalled from outside and took its workers down with it
+        # (torchelastic's agent: "Received Signals.SIGHUP death signal, shutting down workers",
+        # its SignalException "Process 4242 got signal: 1"): kind ``signalled``, whatever the
+        # signal
+        ("signalled", (r"\bReceived (?:Signals\.)?(?P<sig>SIG[A-Z]{2,6}) death signal"
+                       r"|\bSignalException: Process \d{1,10} got signal: (?P<num>\d{1,2})\b")),
         ("abort", (r"terminate called (?:after throwing an instance of '(?P<what>[^']{1,200})'"
                    r"|recursively|without an active exception)")),
         ("abort", (r"^(?:\*\*\* )?(?P<what>double free or corruption"
@@ -158,6 +171,11 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                   r"|process \d{1,7} terminated with exit code (?P<st6>[1-9]\d{0,2})\b"
                   r"|tasks? [\d,-]{1,200}: Exited with exit code (?P<st7>[1-9]\d{0,2})\b"
                   r"|=   EXIT CODE: (?P<st8>[1-9]\d{0,2})\b"
+                  # Paddle's launch: "train job failed! train_ret: 1", and its report of the
+                  # trainer it lost ("the trainer process with rank=[3] was aborted")
+                  r"|\bfailed!? {1,3}\w{0,30}_ret(?:code)?\s*[:=]\s*(?P<st11>[1-9]\d{0,2})\b"
+                  r"|\b(?:process|trainer|worker|task)e?s? (?:with )?rank ?=? ?\[?[\d, ]{1,200}\]?"
+                  r" (?:was|were|has been|have been) aborted\b"
                   # docker compose's and supervisord's reports of a service's end
                   r"|^[\w.-]{1,80} +(?:\| +)?exited with code (?P<st9>[1-9]\d{0,2})\s*$"
                   r"|exited: \S{1,80} \(exit status (?P<st10>[1-9]\d{0,2}); not expected\)"
@@ -184,7 +202,24 @@ _PHRASE_HINTS = re.compile("|".join(re.escape(hint) for hint in (
     "segfault at", "general protection fault", "divide error", "invalid opcode",
     "stack segment", "int3", "process exited", "OOMKilled", "CrashLoopBackOff",
     "Back-off restarting", "panic", "fatal error: ", "Exception in thread",
-    "status failed cmd", "EXIT CODE", "terminated normally")))
+    "status failed cmd", "EXIT CODE", "terminated normally", "_ret", "aborted")))
+
+
+# A C++ exception's own report of where it was thrown: c10::Error's what() (PyTorch, and the
+# libraries built on c10) ends its message with "Exception raised from recvBytes at
+# .../c10d/Utils.hpp:675 (most recent call first):" and the native frames ("frame #0:
+# c10::Error::Error(...)"); the message is the line before.
+_RAISED_RE = re.compile(
+    r"\bException raised from (?P<func>\S{1,200}) at (?P<where>\S{1,400}) "
+    r"\(most recent call first\)")
+
+
+def raised_from(text: str) -> str | None:
+    """``func (file:line)`` for a line saying where a native exception was thrown, or None."""
+    m = _RAISED_RE.search(text)
+    if m is None:
+        return None
+    return clip(f"{m.group('func')} ({m.group('where').rsplit('/', 1)[-1]})", 200)
 
 
 def _number(name: str | None, num: str | None) -> int | None:
@@ -228,7 +263,7 @@ def match_crash(text: str, *, hints: bool = True) -> Crash | None:
         if groups.get("kseg") or groups.get("ktrap"):
             number = _KERNEL_TRAPS.get(str(groups.get("ktrap") or "segfault"), 11)
         summary = text
-        if number is not None and kind == "signal":
+        if number is not None and kind in ("signal", "signalled"):
             summary = f"{signal_name(number)}: {text}"
         kernel = "Killed process" in found.group() or bool(groups.get("kseg")
                                                             or groups.get("ktrap"))

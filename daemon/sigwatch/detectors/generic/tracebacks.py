@@ -18,9 +18,9 @@ window of lines of the same rank, during which:
 It fires when the window ends, the stream ends, or ``hold`` seconds pass, unless the process
 went on (and nothing said it ended), the exception is not a failure (``KeyboardInterrupt``,
 ``SystemExit: 0``), or the traceback was only logged (``WARNING:...`` / ``INFO`` just before
-it: not a native logger's record, which names a C/C++ source, nor before a chain whose last
-traceback starts at ``<module>``), ignored (``Exception ignored in:``) or printed by a test
-harness.
+it: not a native logger's record, which names a C/C++ source, nor a progress or metrics
+record that names no failure, nor before a chain whose last traceback starts at
+``<module>``), ignored (``Exception ignored in:``) or printed by a test harness.
 
 ``FaultReport`` reads CPython's faulthandler dump after ``Fatal Python error: ...``: the frames
 of the current thread, most recent first. ``TerminateReport`` waits one line for the
@@ -184,6 +184,12 @@ _UNITTEST_RE = re.compile(r"^(?:ERROR|FAIL): \w")
 # socket.cpp:432]``): it names a C/C++ source, so it cannot be the Python logger that printed
 # the traceback after it.
 _NATIVE_RECORD_RE = re.compile(r"[\w.-]\.(?:c|cc|cpp|cxx|cu|h|hpp|ts|rs|go):\d{1,6}\]")
+# A record that reports numbers (``total_loss=25.7 reg_loss=6.9``, ``loss: 0.12 | acc: 0.91``)
+# and no failure is a progress or metrics line, not the message of a logged exception: the
+# traceback after it was printed by the interpreter, not by that record's ``exc_info``.
+_METRIC_RE = re.compile(r"\b[A-Za-z_][\w.]{0,40} ?[=:] ?[-+]?\.?\d")
+_FAILURE_WORD_RE = re.compile(literal_first(
+    r"error|fail|exception|traceback|could not|unable|cannot|can't|abort|crash|warn"))
 
 _PROGRESS = ProgressParser()
 MAX_FRAMES = 200
@@ -335,9 +341,19 @@ class Preceding:
         if _DASHES_RE.match(prev) and len(before) > 1 and _UNITTEST_RE.match(before[-2]):
             return cls(quiet="test harness")
         level = level_of(prev)
-        if level in ("debug", "info", "warning") and _NATIVE_RECORD_RE.search(prev) is None:
+        if (level in ("debug", "info", "warning") and _NATIVE_RECORD_RE.search(prev) is None
+                and not _metrics(prev)):
             return cls(quiet=f"logged at {level}")
         return cls()
+
+
+def _metrics(record: str) -> bool:
+    """True for a progress or metrics record (two numbers by name, or what the progress
+    reader reads) that names no failure: it reports no exception, so claims no traceback."""
+    if _FAILURE_WORD_RE.search(record.lower()) is not None:
+        return False
+    return (_PROGRESS.parse(record) is not None
+            or len(_METRIC_RE.findall(record)) >= 2)
 
 
 @dataclass(slots=True)
