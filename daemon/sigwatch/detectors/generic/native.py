@@ -18,7 +18,12 @@ The forms come from the code that prints them:
   PID``, ``exit code 137``, mpirun's ``exited on signal 11``, ``MPI_ABORT was invoked``;
   or with a failure status (kind ``exit``): torchrun's ``failed (exitcode: 1)``, DeepSpeed's
   ``exits with return code = 1``, Horovod's ``Process 3 exit with status code 250.``, Paddle's
-  ``Container rank 0 status failed cmd [...] code 1``, srun's ``Exited with exit code 2``;
+  ``Container rank 0 status failed cmd [...] code 1``, srun's ``Exited with exit code 2``,
+  Paddle launch's ``train job failed! train_ret: 1`` and ``... rank=[3] was aborted``;
+- a launcher signalled from outside that took its workers down (kind ``signalled``, a warning
+  whatever the signal): torchelastic's ``Received Signals.SIGHUP death signal``;
+- a native exception thrown (kind ``exception``): c10::Error's ``Exception raised from f at
+  file:line (most recent call first):``, read by the detector with the message line before it;
 - debuggers: gdb's ``Thread 1 "python" received signal SIGABRT``, lldb's ``stop reason =
   signal SIGSEGV``, and a gdb backtrace through ``abort ()`` / ``raise ()`` /
   ``std::terminate()`` (``BacktraceReport``: named by its innermost frame outside the C and
