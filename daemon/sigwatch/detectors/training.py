@@ -51,6 +51,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import islice, repeat
 from operator import itemgetter
 from typing import Any, TypeVar, cast
 
@@ -579,6 +580,7 @@ class _Climb:
 
 _CLIMB_CAP = 32  # values of a rising run kept (its first and the last ones)
 _JUMP_GIVE_UP = 20  # lines into a jump after which its halvings are no longer looked for
+_JUMP_NEAR = 8  # a jump is above this many losses before it (the cheap test, in C)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1370,22 +1372,49 @@ class LossTrendDetector(_Trend):
         ratio = self.jump_ratio
         recent = s.recent
         if s.jump_base is None:
+            if len(xs) == 1:  # one line: not above the losses just before it, nothing to do
+                x = xs[0]
+                if len(recent) < 2 or x <= recent[-1] or x <= recent[-2] or x <= max(
+                        islice(reversed(recent), _JUMP_NEAR)):
+                    return []
             lo = min(xs)
             if recent:
                 lo = min(lo, *recent)
             if lo <= 0 or max(xs) < ratio * lo:
                 return []
         prior = list(recent)
+        off = len(prior)
+        n = len(xs)
+        # a jump is above every loss of its window, so above the _JUMP_NEAR before it: the
+        # values that are (found in C) are the only ones looked at while no jump is open
+        pad = [-math.inf] * _JUMP_NEAR + prior[-_JUMP_NEAR:] + xs
+        at = len(pad) - n - _JUMP_NEAR
+        near = bytes(map(operator.gt, xs, map(max, *(
+            pad[at + i:at + i + n] for i in range(_JUMP_NEAR)))))
         fired: list[tuple[int, _Jump]] = []
-        for j, x in enumerate(xs):
+        j = 0
+        while j < n:
             base = s.jump_base
+            if base is None:
+                j = near.find(1, j)
+                if j < 0:
+                    break
+            elif s.jump_fired or s.jump_len >= _JUMP_GIVE_UP:  # only its end is looked for
+                thr = ratio * base
+                stays = bytes(map(operator.ge, xs[j:], repeat(thr))).find(0)
+                upto = n if stays < 0 else j + stays
+                s.jump_len += upto - j
+                j = upto
+                if j == n:
+                    break
+            x = xs[j]
             if base is not None:
                 if x >= ratio * base:
                     s.jump_len += 1
                     s.jump_vals.append(x)
                     if len(s.jump_vals) > _CLIMB_CAP:
                         del s.jump_vals[1]
-                    if not s.jump_fired and self.jump_stay < s.jump_len <= _JUMP_GIVE_UP:
+                    if not s.jump_fired and self.jump_stay < s.jump_len:
                         halvings = halved_at(j) - s.jump_halved
                         scale, was = scale_of(j), s.jump_scale
                         if scale is not None and was is not None and 0 < scale < was:
@@ -1394,17 +1423,22 @@ class LossTrendDetector(_Trend):
                             s.jump_fired = True
                             fired.append((j, _Jump(base, tuple(s.jump_vals), s.jump_step,
                                                    step_of(j), halvings)))
-                    prior.append(x)
+                    j += 1
                     continue
-                s.jump_base, s.jump_vals = None, []
-            window = prior[-self.window:]
+                s.jump_base, s.jump_vals, s.jump_len = None, [], 0
+                if not near[j]:
+                    j += 1
+                    continue
+            e = off + j
+            window = [*prior[max(e - self.window, 0):off], *xs[max(j - self.window, 0):j]][
+                -self.window:]
             if (len(window) >= 2 and x > max(window) and x >= ratio * min(window)
                     and ((step := step_of(j)) is None or step >= UNDER_WAY_STEP)):
                 med = statistics.median(window)
                 if x >= ratio * med:
                     s.jump_base, s.jump_vals, s.jump_len, s.jump_step = med, [x], 1, step
                     s.jump_halved, s.jump_scale, s.jump_fired = halved_at(j), scale_of(j), False
-            prior.append(x)
+            j += 1
         return fired
 
     def _halving(self, hkey: str, scale: float | None, attempted: float | None) -> bool:
