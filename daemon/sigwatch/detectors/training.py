@@ -1372,11 +1372,12 @@ class LossTrendDetector(_Trend):
         ratio = self.jump_ratio
         recent = s.recent
         if s.jump_base is None:
-            if len(xs) == 1:  # one line: not above the losses just before it, nothing to do
-                x = xs[0]
-                if len(recent) < 2 or x <= recent[-1] or x <= recent[-2] or x <= max(
-                        islice(reversed(recent), _JUMP_NEAR)):
-                    return []
+            if len(xs) == 1 and (len(recent) < 2 or xs[0] <= recent[-1]
+                                 or xs[0] <= recent[-2]):
+                return []  # one line, not above the losses just before it
+            if recent and len(xs) < self.window and max(xs) <= max(
+                    islice(reversed(recent), self.window - len(xs))):
+                return []  # none above the losses before them that are in all their windows
             lo = min(xs)
             if recent:
                 lo = min(lo, *recent)
@@ -1549,8 +1550,9 @@ class LossTrendDetector(_Trend):
                         halvings[hkey] = (self._halved.get(hkey, 0), [])
                     if self._halving(hkey, rec[R_LOSS_SCALE], rec[R_ATTEMPTED]):
                         halvings[hkey][1].append(_pos(line.start, k))
-                if _loss_dropped(rec[R_KIND], rec[R_LOSS], rec[R_FLAGS] & (F_EVAL | F_OVERFLOW),
-                                   partial(bool, rec[R_FLAGS] & F_SKIPPED)):
+                if rec[R_KIND] in _DROPS_NONFINITE_LOSS and _loss_dropped(
+                        rec[R_KIND], rec[R_LOSS], rec[R_FLAGS] & (F_EVAL | F_OVERFLOW),
+                        partial(bool, rec[R_FLAGS] & F_SKIPPED)):
                     dropped.append((_pos(line.start, k), rec[R_RANK], rec[R_KIND],
                                     partial(_made, _part_line(info, line, part), rec)))
         fresh = _Fresh.of(reader.bulk_of(chunk), floor)
