@@ -49,8 +49,10 @@ def _bench_log(library: PatternSet, size: int) -> bytes:
 
 
 def _run(engine: Engine, mode: str, inputs: Sequence[tuple[str, bytes]], *,
-         replay_below: int = -1, seed: int = 7) -> tuple[list[str], str]:
-    """Feed every input (uneven chunks, clock moving, ticks), return detections and state."""
+         replay_below: int = -1, seed: int = 7,
+         sizes: Sequence[int] = (1, 700, 64 << 10, 300 << 10)) -> tuple[list[str], str]:
+    """Feed every input (uneven chunks of ``sizes``, clock moving, ticks), return detections
+    and state."""
     clock = FakeClock()
     sink = CollectingSink()
     pipeline = Pipeline(engine, [sink], clock=clock, detectors=build_detectors(clock=clock),
@@ -62,7 +64,7 @@ def _run(engine: Engine, mode: str, inputs: Sequence[tuple[str, bytes]], *,
         framer = LineFramer()
         pos = 0
         while pos < len(data):
-            size = rng.choice((1, 700, 64 << 10, 300 << 10))
+            size = rng.choice(sizes)
             segments = framer.feed(data[pos:pos + size])
             pos += size
             pipeline.process(handle, segments)
@@ -179,6 +181,54 @@ class TestChunkEqualsLine:
         assert line_state == chunk_state
         kinds = {json.loads(d)["signature"] for d in chunk_found}
         assert {"training_loss_diverged", "training_loss_scale_collapse"} <= kinds
+
+
+    def test_loss_jump_with_halvings_and_loss_dropping_out_scenario(self, engine: Engine,
+                                                                     ) -> None:
+        """Megatron lines (the prepass; no scale printed) at ~2.7 whose loss jumps 1.6x at
+        step 560 while DeepSpeed overflow lines (line by line, one printed twice) halve the
+        scale, a second
+        rank whose loss then drops out of its lines, and skipped iterations without a loss:
+        same detections and state either way."""
+        rows: list[str] = []
+        scale = 2.0 ** 20
+        for step in range(400, 700):
+            for rank in (0, 1):
+                loss: float | None = 2.7 * (1 + 0.01 * ((step * 7919) % 13 - 6) / 6)
+                if rank == 0 and step >= 560:
+                    loss = 1.6 * 2.7 + 0.001 * (step - 560)
+                if rank == 1 and step >= 640:
+                    loss = None
+                skipped = 1 if rank == 1 and step % 41 == 0 else 0
+                if skipped:
+                    loss = None
+                lm = f" lm loss: {loss:.6E} |" if loss is not None else ""
+                rows.append(f"[rank{rank}]: iteration {step:>8d}/  100000 | consumed samples:"
+                            f" {step * 64:>12d} | elapsed time per iteration (ms): 800.0 |"
+                            f" learning rate: 1.0E-04 | global batch size:    64 |{lm}"
+                            f" grad norm: 1.000 | number of skipped"
+                            f" iterations: {skipped:>3d} | number of nan iterations:   0 |")
+            if 560 <= step < 564:
+                for _logger in range(2 if step == 561 else 1):
+                    rows.append(f"[rank0]: [2024-03-18 14:02:45,286] [INFO] [deepspeed]"
+                                f" OVERFLOW! Rank 0 Skipping step. Attempted loss scale:"
+                                f" {scale:.0f}, reducing to {scale / 2:.0f}")
+                scale /= 2
+        data = ("\n".join(rows) + "\n").encode()
+
+        for seed in range(1, 9):  # chunks cut in different places, some of a line or two
+            sizes = (1, 700, 64 << 10, 300 << 10) if seed % 2 else (1, 300, 700, 2000)
+            line_found, line_state = _run(engine, "line", [("j.log", data)], seed=seed,
+                                          sizes=sizes)
+            chunk_found, chunk_state = _run(engine, "chunk", [("j.log", data)], seed=seed,
+                                            sizes=sizes)
+
+            assert line_found == chunk_found, seed
+            assert line_state == chunk_state, seed
+        rules = {(d["signature"], dict(d["facts"]).get("rule"))
+                 for d in map(json.loads, chunk_found)}
+        assert {("training_loss_diverged", "jump_overflow"),
+                ("training_nonfinite", "vanished")} <= rules
 
 
 class _Collect:

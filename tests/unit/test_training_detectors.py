@@ -826,3 +826,244 @@ class TestLossClimb:
         driver.feed_lines(stream, lines)
 
         assert [] == _only(driver.detections, "training_loss_diverged")
+
+
+def _iteration(step: int, loss: float | None, scale: float, skipped: int = 0) -> str:
+    """A Megatron(-DeepSpeed) fp16 iteration line; ``loss`` None: the line carries none
+    (Megatron leaves a loss that is not > 0, NaN included, out of the line)."""
+    lm = f" lm loss: {loss:.6E} |" if loss is not None else ""
+    return (f" iteration {step:>8d}/  159576 | consumed samples: {step * 2048:>12d} |"
+            f" elapsed time per iteration (ms): 423042.3 | learning rate: 5.948E-05 |"
+            f" global batch size:  2048 |{lm} loss scale: {scale:.1f} | grad norm: 464441.887 |"
+            f" number of skipped iterations: {skipped:>3d} | number of nan iterations:   0 |")
+
+
+def _feed(driver: DetectorDriver, lines: list[str], *, whole: bool) -> None:
+    """Line by line (a live tail), or all at once (one chunk: the prepass reads it)."""
+    stream = driver.open()
+    if whole:
+        driver.feed(stream, ("\n".join(lines) + "\n").encode())
+    else:
+        driver.feed_lines(stream, lines)
+
+
+def _jump_log(wording: str, *, jump: float = 1.64, back_after: int | None = None,
+              halvings: int = 5, first: int = 17000, before: int = 60,
+              after: int = 8) -> list[str]:
+    """fp16 iteration lines at ~2.67 from ``first``, then the loss ``jump`` times higher on
+    ``after`` lines (back to 2.67 after ``back_after`` of them), with ``halvings`` overflow
+    lines (``wording``) on consecutive steps from the jump on; the lines print the scale."""
+    lines = []
+    scale = 1048576.0
+    level = _losses(before, level=2.67, noise=0.01)
+    for k, x in enumerate(level):
+        lines.append(_iteration(first + k, x, scale))
+    for k in range(after):
+        step = first + before + k
+        up = back_after is None or k < back_after
+        lines.append(_iteration(step, 2.67 * (jump if up else 1.0) * (1 + 0.005 * k), scale))
+        if k < halvings:
+            lines.append(_overflow(wording, scale, scale / 2))
+            scale /= 2
+    return lines
+
+
+class TestLossJumpWithOverflows:
+    """A loss that jumps by 1.5x or more and stays up while fp16 overflows skip steps and
+    halve the loss scale is a divergence, though it never doubles (BLOOM 104B's 2.67 ->
+    4.37 while DeepSpeed halved the scale on consecutive steps)."""
+
+    @pytest.mark.parametrize("whole", [False, True])
+    @pytest.mark.parametrize("wording", ["deepspeed", "fused", "apex"])
+    def test_a_jump_that_stays_while_the_scale_halves_names_the_steps(
+            self, wording: str, whole: bool) -> None:
+        """2.67 -> 4.38 at iteration 17060, staying, three halvings by 17064: one warning
+        there, rule jump_overflow, from 17060, with the halvings counted."""
+        driver = _driver(FakeClock())
+
+        _feed(driver, _jump_log(wording), whole=whole)
+
+        found = _only(driver.detections, "training_loss_diverged")
+        assert 1 == len(found), [d.about for d in driver.detections]
+        facts = _facts(found[0])
+        assert ("jump_overflow", "17060", "17064") == (facts["rule"], facts["since_step"],
+                                                       facts["step"])
+        assert int(facts["halvings"]) >= 2
+        assert 1.64 == pytest.approx(float(facts["ratio"]), rel=0.03)
+        assert "warning" == found[0].severity.label
+
+    def test_the_scale_printed_on_the_iteration_lines_is_enough(self) -> None:
+        """Megatron alone (no overflow lines): the scale its lines print halves as the loss
+        stays 1.6x up: one warning."""
+        lines = []
+        for k, x in enumerate(_losses(60, level=2.5, noise=0.01)):
+            lines.append(_iteration(9000 + k, x, 65536.0))
+        scale = 65536.0
+        for k in range(6):
+            scale /= 2 if k < 3 else 1
+            lines.append(_iteration(9060 + k, 4.0 + 0.01 * k, scale, skipped=0))
+        driver = _driver(FakeClock())
+
+        _feed(driver, lines, whole=True)
+
+        assert ["jump_overflow"] == [_facts(d)["rule"] for d in _only(
+            driver.detections, "training_loss_diverged")]
+
+    def test_hugging_face_dicts_with_apex_overflows(self) -> None:
+        """The loss dicts of the HF Trainer (no step printed) and apex's overflow lines."""
+        lines = [_hf_log(round(x, 4), 3 + k / 100)
+                 for k, x in enumerate(_losses(60, level=1.2, noise=0.01))]
+        scale = 32768.0
+        for k in range(6):
+            lines.append(_hf_log(round(1.9 + 0.01 * k, 4), 3.6 + k / 100))
+            if k < 3:
+                lines.append(_overflow("apex", scale, scale / 2))
+                scale /= 2
+        driver = _driver(FakeClock())
+
+        _feed(driver, lines, whole=False)
+
+        assert 1 == len(_only(driver.detections, "training_loss_diverged"))
+
+    @pytest.mark.parametrize("whole", [False, True])
+    def test_the_same_jump_without_overflows_raises_nothing(self, whole: bool) -> None:
+        """1.64x and staying, no overflow, the scale unchanged: under the doubling rule's
+        2x, and no halving: nothing."""
+        driver = _driver(FakeClock())
+
+        _feed(driver, _jump_log("deepspeed", halvings=0), whole=whole)
+
+        assert [] == driver.detections
+
+    def test_a_spike_that_turns_back_raises_nothing(self) -> None:
+        """The jump and the halvings, but the loss is back after two lines: a spike the
+        scaler rode out."""
+        driver = _driver(FakeClock())
+
+        _feed(driver, _jump_log("deepspeed", back_after=2, halvings=3), whole=True)
+
+        assert [] == _only(driver.detections, "training_loss_diverged")
+
+    def test_a_rise_under_the_ratio_raises_nothing(self) -> None:
+        """1.3x and staying with three halvings: not a jump."""
+        driver = _driver(FakeClock())
+
+        _feed(driver, _jump_log("deepspeed", jump=1.3, halvings=3), whole=True)
+
+        assert [] == _only(driver.detections, "training_loss_diverged")
+
+    def test_one_halving_printed_twice_is_not_two(self) -> None:
+        """A single halving reported by two loggers (DeepSpeed's fused optimizer and its
+        scaler) and the iteration lines printing the same scale: one halving; nothing."""
+        lines = _jump_log("deepspeed", halvings=0)
+        at = next(i for i, t in enumerate(lines) if " 17060/" in t)
+        lines[at + 1:at + 1] = [_overflow("fused", 1048576.0, 524288.0),
+                                _overflow("deepspeed", 1048576.0, 524288)]
+        driver = _driver(FakeClock())
+
+        _feed(driver, lines, whole=False)
+
+        assert [] == _only(driver.detections, "training_loss_diverged")
+
+    def test_the_start_up_search_raises_nothing(self) -> None:
+        """Steps 20-40: the loss 1.6x up for a few lines while the scaler searches down from
+        2^16 (training not yet under way): nothing."""
+        driver = _driver(FakeClock())
+
+        _feed(driver, _jump_log("deepspeed", first=10, before=10, halvings=5), whole=True)
+
+        assert [] == _only(driver.detections, "training_loss_diverged")
+
+    def test_halvings_long_after_the_jump_are_not_its(self) -> None:
+        """The loss 1.6x up from iteration 17060 without overflows; three halvings 40 lines
+        later: the jump rule has stopped looking (the collapse rule's business)."""
+        lines = _jump_log("deepspeed", halvings=0, after=60)
+        lines[-8:-8] = [_overflow("deepspeed", 2.0 ** 20 / 2 ** k, 2.0 ** 19 / 2 ** k)
+                        for k in range(3)]
+        driver = _driver(FakeClock())
+
+        _feed(driver, lines, whole=True)
+
+        assert [] == _only(driver.detections, "training_loss_diverged")
+
+
+class TestLossDroppedOut:
+    """Megatron prints a loss only when its average is above 0: a NaN or infinite loss
+    drops out of the iteration line (and bf16 runs skip nothing, so the NaN counters stay
+    0). A series whose loss disappears while its iterations go on lost a finite loss."""
+
+    @pytest.mark.parametrize("whole", [False, True])
+    def test_the_loss_dropping_out_names_the_step_once(self, whole: bool) -> None:
+        """Iterations 3300-3384 with a loss, 3385-3390 without, none skipped: one warning
+        naming 3385."""
+        lines = [_iteration(3300 + k, x, 1.0) for k, x in enumerate(_losses(85, level=0.7))]
+        lines += [_iteration(3385 + k, None, 1.0) for k in range(6)]
+        driver = _driver(FakeClock())
+
+        _feed(driver, lines, whole=whole)
+
+        found = _only(driver.detections, "training_nonfinite")
+        assert 1 == len(found), [d.about for d in driver.detections]
+        assert ("vanished", "3385") == (_facts(found[0])["rule"], _facts(found[0])["step"])
+        assert "warning" == found[0].severity.label
+        assert "user" == found[0].owner
+
+    def test_a_line_cut_short_after_the_loss_would_be(self) -> None:
+        """The last line of an excerpt, cut off past the scale (read line by line): it still
+        says the iteration went on without its loss."""
+        lines = [_iteration(3383, 0.733, 1.0), _iteration(3384, 0.707, 1.0),
+                 _iteration(3385, None, 1.0)[:190]]
+        driver = _driver(FakeClock())
+
+        _feed(driver, lines, whole=True)
+
+        assert 1 == len(_only(driver.detections, "training_nonfinite"))
+
+    @pytest.mark.parametrize("whole", [False, True])
+    def test_skipped_iterations_without_a_loss_raise_nothing(self, whole: bool) -> None:
+        """fp16: the start-up search's skipped iterations print no loss, nor does an
+        overflow mid-run (1 skipped iteration): nothing."""
+        lines = [_iteration(k, None, 2.0 ** (32 - k), skipped=1) for k in range(1, 12)]
+        lines += [_iteration(12 + k, x, 2.0 ** 21) for k, x in enumerate(_losses(300))]
+        lines.insert(200, _iteration(199, None, 2.0 ** 20, skipped=1))
+        driver = _driver(FakeClock())
+
+        _feed(driver, lines, whole=whole)
+
+        assert [] == driver.detections
+
+    def test_a_log_that_never_printed_a_loss_raises_nothing(self) -> None:
+        """No loss before (a log that starts there, a trainer that prints none): nothing."""
+        driver = _driver(FakeClock())
+
+        _feed(driver, [_iteration(500 + k, None, 1.0) for k in range(10)], whole=True)
+
+        assert [] == driver.detections
+
+    @pytest.mark.parametrize("whole", [False, True])
+    def test_lines_of_other_shapes_between_raise_nothing(self, whole: bool) -> None:
+        """Megatron's validation lines, Hugging Face's eval and summary dicts, evaluation bars
+        and a training bar redrawn without its postfix between the training lines: a loss
+        those shapes leave out is not a loss gone (only Megatron drops a NaN)."""
+        lines = []
+        for k, x in enumerate(_losses(200, level=2.0)):
+            lines.append(_iteration(1000 + k, x, 1.0))
+            lines.append(_hf_log(round(x, 4), k / 100))
+            lines.append(f"Epoch 0: {k // 2:2d}%|█         | {k}/400 [00:10<00:15,  3.90it/s,"
+                         f" loss={x:.3f}, v_num=0]")
+            if k % 50 == 49:
+                lines += [
+                    "-" * 60,
+                    f" validation loss at iteration {1000 + k} | lm loss value: 2.01E+00 |"
+                    f" lm loss PPL: 7.46E+00 |",
+                    "{'eval_loss': 2.01, 'eval_runtime': 12.3, 'epoch': 1.0}",
+                    " 40%|████      | 40/100 [00:10<00:15,  3.90it/s]",
+                    f"Epoch 0: {k // 2:2d}%|█         | {k}/400 [00:10<00:15,  3.90it/s]",
+                ]
+        lines.append("{'train_runtime': 3600.1, 'train_samples_per_second': 9.1, "
+                     "'train_loss': 2.0, 'epoch': 2.0}")
+        driver = _driver(FakeClock())
+
+        _feed(driver, lines, whole=whole)
+
+        assert [] == driver.detections

@@ -51,8 +51,9 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import islice, repeat
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sigwatch.clock import Clock
 from sigwatch.detectors.base import Chunk, ChunkLine, LineEvent, Part, StreamContext
@@ -107,6 +108,7 @@ OWNER_OF = {"training_nonfinite": "user", "training_loss_scale_minimum": "user",
             "training_loss_scale_collapse": "user", "training_loss_diverged": "user"}
 
 MAX_SERIES = 1000
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,6 +510,16 @@ class _StepSeries:
     climb_steps: list[int | None] = field(default_factory=list)
     climb_fired: bool = False
     climb_prior: tuple[float, float] | None = None
+    # a jump that stays (losses only): the level it jumped from (None: no jump open), its
+    # losses (capped), its first step, the halvings of the scale counted when it opened (and
+    # the scale its line printed), and whether it fired
+    jump_base: float | None = None
+    jump_vals: list[float] = field(default_factory=list)
+    jump_len: int = 0
+    jump_step: int | None = None
+    jump_halved: int = 0
+    jump_scale: float | None = None
+    jump_fired: bool = False
 
     def robust(self, refresh_every: int) -> tuple[float, float]:
         """(median, robust scale) of the baseline, recomputed every few appends (it moves
@@ -538,7 +550,9 @@ class _StepSeries:
                 "hot_since_alert": self.hot_since_alert, "cool": self.cool,
                 "recent": list(self.recent), "climb_vals": self.climb_vals,
                 "climb_steps": self.climb_steps, "climb_fired": self.climb_fired,
-                "climb_prior": list(self.climb_prior) if self.climb_prior else None}
+                "climb_prior": list(self.climb_prior) if self.climb_prior else None,
+                "jump": [self.jump_base, self.jump_vals, self.jump_len, self.jump_step,
+                         self.jump_halved, self.jump_scale, self.jump_fired]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -565,6 +579,19 @@ class _Climb:
 
 
 _CLIMB_CAP = 32  # values of a rising run kept (its first and the last ones)
+_JUMP_GIVE_UP = 20  # lines into a jump after which its halvings are no longer looked for
+_JUMP_NEAR = 8  # a jump is above this many losses before it (the cheap test, in C)
+
+
+@dataclass(frozen=True, slots=True)
+class _Jump:
+    """A loss that jumped and stayed up while the loss scale halved, taken when it fired."""
+
+    base: float  # the median of the losses before the jump
+    losses: tuple[float, ...]  # from the jump to the line that fired (capped)
+    first_step: int | None
+    last_step: int | None
+    halvings: int
 # No single rise makes more than this share of a climb: one jump is no climb (a jump that
 # stays is the doubled-and-stayed rule's case, one that does not is a spike).
 _CLIMB_SPREAD = 2 / 3
@@ -1150,6 +1177,46 @@ _CLIMB_REMEDIATION = Remediation(
 )
 
 
+_VANISHED_REMEDIATION = Remediation(
+    summary="The loss dropped out of the trainer's progress line while the iterations go on: "
+            "Megatron-style trainers print a loss only when it is a positive number, so the "
+            "loss became NaN or infinite (the run diverged or read bad data).",
+    steps=(
+        "Stop the run or roll back to the last checkpoint from before that step.",
+        ("Lower the learning rate or add warm-up, enable gradient clipping, or switch fp16 to "
+         "bf16."),
+        ("Check the batches around that step for bad samples (NaN/Inf inputs, empty "
+         "sequences, labels out of range)."),
+    ),
+    action="fix_job_config",
+)
+# Progress shapes whose trainer leaves a NaN/Inf loss out of the line rather than printing it
+# (Megatron-LM's ``training_log`` prints a loss only when its average is > 0: NaN is not).
+_DROPS_NONFINITE_LOSS = frozenset({"megatron"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Vanished:
+    """A loss that dropped out of its series' progress lines, taken when it fired."""
+
+    step: int | None
+
+
+_JUMP_REMEDIATION = Remediation(
+    summary="The training loss jumped (1.5x or more) and stayed up while fp16 overflows "
+            "skipped steps and halved the loss scale: the run diverged, and the skipped steps "
+            "will not bring it back.",
+    steps=(
+        "Stop the run or roll back to the last checkpoint from before the jump.",
+        ("Look at the batches and the learning rate at that step; resume with a lower "
+         "learning rate, gradient clipping, or bf16 instead of fp16."),
+        ("For embedding-driven spikes, an embedding LayerNorm or a smaller initial scale of "
+         "the embeddings helps (BLOOM's fix)."),
+    ),
+    action="fix_job_config",
+)
+
+
 class LossTrendDetector(_Trend):
     """``training_loss_diverged``: the loss at least doubled over its own rolling median and
     stayed there for ``sustain`` progress lines in a row (a single spike, noise around a
@@ -1180,6 +1247,9 @@ class LossTrendDetector(_Trend):
         rebaseline: int = 100,
         climb: int = 4,
         climb_ratio: float = 1.5,
+        jump_ratio: float = 1.5,
+        jump_stay: int = 4,
+        jump_halvings: int = 2,
         host: str = "",
         status: str = "stable",
         metrics: SelfMetrics | None = None,
@@ -1191,6 +1261,14 @@ class LossTrendDetector(_Trend):
         self.climb_ratio = climb_ratio
         self._rises = _RISES.setdefault(climb, re.compile(b"\x01{%d,}" % climb))
         self._steps: dict[str, int] = {}  # series -> the last step it printed
+        self._vanished: set[str] = set()  # series whose loss dropped out (fired once)
+        self.jump_ratio = jump_ratio
+        self.jump_stay = jump_stay
+        self.jump_halvings = jump_halvings
+        # per stream and rank: halvings of the loss scale seen (overflow lines that lowered it)
+        # and the scale the last one lowered it to (the same halving printed twice counts once)
+        self._halved: dict[str, int] = {}
+        self._lowered: dict[str, float] = {}
 
     def _new_series(self) -> _StepSeries:
         return _StepSeries("loss", deque(maxlen=self.window),
@@ -1276,6 +1354,109 @@ class LossTrendDetector(_Trend):
         recent.extend(xs)
         return fired
 
+    def _jump_many(self, s: _StepSeries, xs: list[float], step_of: Callable[[int], int | None],
+                   scale_of: Callable[[int], float | None],
+                   halved_at: Callable[[int], int]) -> list[tuple[int, _Jump]]:
+        """The jump-with-overflows rule over ``xs`` in order (called before ``_climb_many``:
+        ``s.recent`` holds the losses before ``xs``); (index, jump) of each value that fired.
+
+        A jump opens at a loss at least ``jump_ratio`` times the median of the (up to
+        ``window``) losses before it and above all of them (at least 2; training under way:
+        step 200 or later when the step is printed); it stays while every loss is at least
+        ``jump_ratio`` times that median. It fires once, ``jump_stay`` lines or more after it
+        opened, when the loss scale halved ``jump_halvings`` times since it opened (overflow
+        lines of its stream and rank that lowered the scale, or the scale its own lines print);
+        after ``_JUMP_GIVE_UP`` lines it no longer looks. Nothing is done in Python for a block
+        with no jump open and no value ``jump_ratio`` times above the lowest recent loss.
+        """
+        ratio = self.jump_ratio
+        recent = s.recent
+        if s.jump_base is None:
+            if len(xs) == 1 and (len(recent) < 2 or xs[0] <= recent[-1]
+                                 or xs[0] <= recent[-2]):
+                return []  # one line, not above the losses just before it
+            if recent and len(xs) < self.window and max(xs) <= max(
+                    islice(reversed(recent), self.window - len(xs))):
+                return []  # none above the losses before them that are in all their windows
+            lo = min(xs)
+            if recent:
+                lo = min(lo, *recent)
+            if lo <= 0 or max(xs) < ratio * lo:
+                return []
+        prior = list(recent)
+        off = len(prior)
+        n = len(xs)
+        # a jump is above every loss of its window, so above the _JUMP_NEAR before it: the
+        # values that are (found in C) are the only ones looked at while no jump is open
+        pad = [-math.inf] * _JUMP_NEAR + prior[-_JUMP_NEAR:] + xs
+        at = len(pad) - n - _JUMP_NEAR
+        near = bytes(map(operator.gt, xs, map(max, *(
+            pad[at + i:at + i + n] for i in range(_JUMP_NEAR)))))
+        fired: list[tuple[int, _Jump]] = []
+        j = 0
+        while j < n:
+            base = s.jump_base
+            if base is None:
+                j = near.find(1, j)
+                if j < 0:
+                    break
+            elif s.jump_fired or s.jump_len >= _JUMP_GIVE_UP:  # only its end is looked for
+                thr = ratio * base
+                stays = bytes(map(operator.ge, xs[j:], repeat(thr))).find(0)
+                upto = n if stays < 0 else j + stays
+                s.jump_len += upto - j
+                j = upto
+                if j == n:
+                    break
+            x = xs[j]
+            if base is not None:
+                if x >= ratio * base:
+                    s.jump_len += 1
+                    s.jump_vals.append(x)
+                    if len(s.jump_vals) > _CLIMB_CAP:
+                        del s.jump_vals[1]
+                    if not s.jump_fired and self.jump_stay < s.jump_len:
+                        halvings = halved_at(j) - s.jump_halved
+                        scale, was = scale_of(j), s.jump_scale
+                        if scale is not None and was is not None and 0 < scale < was:
+                            halvings = max(halvings, round(math.log2(was / scale)))
+                        if halvings >= self.jump_halvings:
+                            s.jump_fired = True
+                            fired.append((j, _Jump(base, tuple(s.jump_vals), s.jump_step,
+                                                   step_of(j), halvings)))
+                    j += 1
+                    continue
+                s.jump_base, s.jump_vals, s.jump_len = None, [], 0
+                if not near[j]:
+                    j += 1
+                    continue
+            e = off + j
+            window = [*prior[max(e - self.window, 0):off], *xs[max(j - self.window, 0):j]][
+                -self.window:]
+            if (len(window) >= 2 and x > max(window) and x >= ratio * min(window)
+                    and ((step := step_of(j)) is None or step >= UNDER_WAY_STEP)):
+                med = statistics.median(window)
+                if x >= ratio * med:
+                    s.jump_base, s.jump_vals, s.jump_len, s.jump_step = med, [x], 1, step
+                    s.jump_halved, s.jump_scale, s.jump_fired = halved_at(j), scale_of(j), False
+            j += 1
+        return fired
+
+    def _halving(self, hkey: str, scale: float | None, attempted: float | None) -> bool:
+        """Count an overflow line of stream and rank ``hkey`` that lowered the loss scale
+        (the same lowered scale again right after is the same halving printed twice)."""
+        if scale is None or (attempted is not None and scale >= attempted):
+            return False
+        if self._lowered.get(hkey) == scale:
+            return False
+        self._lowered[hkey] = scale
+        self._halved[hkey] = self._halved.get(hkey, 0) + 1
+        if len(self._halved) > MAX_SERIES:
+            gone = next(iter(self._halved))
+            del self._halved[gone]
+            self._lowered.pop(gone, None)
+        return True
+
     def on_open(self, stream: StreamContext) -> None:
         return None
 
@@ -1296,11 +1477,13 @@ class LossTrendDetector(_Trend):
         if series is None or (step is not None and last is not None and step < last):
             old = series
             series = self._series[skey] = self._new_series()
+            self._vanished.discard(skey)
             if old is not None:  # the figure's recent level and noise: the climb's yardstick
                 series.recent.extend(old.recent)
             while len(self._series) > MAX_SERIES:
                 gone, _s = self._series.popitem(last=False)
                 self._steps.pop(gone, None)
+                self._vanished.discard(gone)
         if step is not None:
             self._steps[skey] = step
         self._series.move_to_end(skey)
@@ -1313,15 +1496,28 @@ class LossTrendDetector(_Trend):
             return ()
         progress = self.reader.read(line)
         loss = _loss_of(progress)
-        if progress is None or loss is None:
+        if progress is None:
             return ()
-        series = self._series_of(f"{info.key}\x1f{line.rank or '-'}\x1f{progress.kind}",
-                                 progress.step)
+        hkey = f"{info.key}\x1f{line.rank or '-'}"
+        skey = f"{hkey}\x1f{progress.kind}"
+        if loss is None:
+            if progress.overflow:
+                self._halving(hkey, progress.loss_scale, progress.attempted_scale)
+            if (_loss_dropped(progress.kind, progress.loss, progress.eval or progress.overflow,
+                              lambda: _skipped(line.text))
+                    and self._vanish(skey) and not event.replaying):
+                return [self._lost(info, line, progress)]
+            return ()
+        series = self._series_of(skey, progress.step)
         got = self._update(series, loss, progress.step)
+        halved = self._halved.get(hkey, 0)
+        jumps = self._jump_many(series, [loss], partial(_always, progress.step),
+                                partial(_const, progress.loss_scale), partial(_const, halved))
         climbs = self._climb_many(series, [loss], partial(_always, progress.step))
         if event.replaying:
             return ()
-        out = [self._climbed(info, line, progress, c) for _j, c in climbs]
+        out: list[Detection] = [self._jumped(info, line, progress, c) for _j, c in jumps]
+        out += [self._climbed(info, line, progress, c) for _j, c in climbs]
         if got is not None:
             out.append(self._diverged(info, line, progress, _Fired.of(series), got[0], got[1]))
         return out
@@ -1333,6 +1529,9 @@ class LossTrendDetector(_Trend):
         reader = self.reader
         floor = self._floor(chunk)
         lines: list[tuple[int, ProgressRecord, ChunkLine, Part]] = []
+        dropped: list[tuple[int, str | None, str, Callable[[], tuple[LogLine, Progress]]]] = []
+        halvings: dict[str, tuple[int, list[int]]] = {}  # stream+rank: (count before, where)
+        halved = partial(_halved_at, halvings, self._halved)
         last = -1
         for line, k, part in _delivered(chunk, mask):
             if floor is not None and line.start <= floor:
@@ -1341,8 +1540,21 @@ class LossTrendDetector(_Trend):
             if line.covered:
                 continue
             rec = reader.record_part(chunk, line, k, part.text, part.rank)
-            if rec is not None and _record_loss(rec) is not None:
-                lines.append((_pos(line.start, k), rec, line, part))
+            if rec is not None:
+                if _record_loss(rec) is not None:
+                    lines.append((_pos(line.start, k), rec, line, part))
+                    continue
+                if rec[R_FLAGS] & F_OVERFLOW:
+                    hkey = f"{info.key}\x1f{rec[R_RANK] or '-'}"
+                    if hkey not in halvings:
+                        halvings[hkey] = (self._halved.get(hkey, 0), [])
+                    if self._halving(hkey, rec[R_LOSS_SCALE], rec[R_ATTEMPTED]):
+                        halvings[hkey][1].append(_pos(line.start, k))
+                if rec[R_KIND] in _DROPS_NONFINITE_LOSS and _loss_dropped(
+                        rec[R_KIND], rec[R_LOSS], rec[R_FLAGS] & (F_EVAL | F_OVERFLOW),
+                        partial(bool, rec[R_FLAGS] & F_SKIPPED)):
+                    dropped.append((_pos(line.start, k), rec[R_RANK], rec[R_KIND],
+                                    partial(_made, _part_line(info, line, part), rec)))
         fresh = _Fresh.of(reader.bulk_of(chunk), floor)
         self._counted(chunk, max(last, fresh.last_line))
         reader.chunk_done(chunk)
@@ -1354,18 +1566,35 @@ class LossTrendDetector(_Trend):
             idx = [i for i in all_idx if losses[i] is not None]
             if idx:
                 groups.setdefault((rank, shape.kind), ([], []))[0].append((shape, idx))
+            if len(idx) < len(all_idx) and shape.kind in _DROPS_NONFINITE_LOSS:
+                skipped = shape.skipped
+                dropped.extend(
+                    (_pos(*shape.key(i)), rank, shape.kind,
+                     partial(_made, _bulk_line(chunk, shape.record(i)), shape.record(i)))
+                    for i in all_idx if losses[i] is None and not (skipped and skipped[i]))
         for item in lines:
             rec = item[1]
             groups.setdefault((rec[R_RANK], rec[R_KIND]), ([], []))[1].append(item)
-        if not groups:
+        if not groups and not dropped:
             return []
         prefix = f"{info.key}\x1f"
+        # where each series' first loss of this chunk is: a loss that drops out after it (or
+        # after the losses of earlier chunks) is one that became non-finite
+        first_loss: dict[str, int] = {}
+        had: set[str] = set()
+        if dropped:
+            for (rank, kind), (blocks, recs) in groups.items():
+                at = [_pos(*shape.key(idx[0])) for shape, idx in blocks]
+                at += [recs[0][0]] if recs else []
+                first_loss[f"{prefix}{rank or '-'}\x1f{kind}"] = min(at)
+            had = {skey for _p, rank, kind, _m in dropped
+                   if (skey := f"{prefix}{rank or '-'}\x1f{kind}") in self._series}
         new = sum(1 for rank, kind in groups
                   if f"{prefix}{rank or '-'}\x1f{kind}" not in self._series)
         in_order = len(self._series) + new > MAX_SERIES  # eviction order: line by line
-        items: list[tuple[int, str, float, int | None, Callable[[], tuple[LogLine,
-                                                                        Progress]]]] = []
-        fired: list[tuple[int, _Fired | _Climb, float, float,
+        items: list[tuple[int, str, float, int | None, float | None,
+                          Callable[[], tuple[LogLine, Progress]]]] = []
+        fired: list[tuple[int, _Fired | _Climb | _Jump | _Vanished, float, float,
                           Callable[[], tuple[LogLine, Progress]]]] = []
         touched: list[tuple[int, str]] = []
         for (rank, kind), (blocks, recs) in groups.items():
@@ -1380,6 +1609,13 @@ class LossTrendDetector(_Trend):
                     for j, before, after, state in self._update_many(series, xs, step_fn):
                         i = seg[j]
                         fired.append((_pos(*shape.key(i)), state, before, after,
+                                      partial(_made, _bulk_line(chunk, shape.record(i)),
+                                              shape.record(i))))
+                    for j, jump in self._jump_many(
+                            series, xs, step_fn, partial(_scale_at, shape.loss_scales, seg),
+                            partial(_halved_in, halved, skey, shape, seg)):
+                        i = seg[j]
+                        fired.append((_pos(*shape.key(i)), jump, 0.0, 0.0,
                                       partial(_made, _bulk_line(chunk, shape.record(i)),
                                               shape.record(i))))
                     for j, climb in self._climb_many(series, xs, step_fn):
@@ -1400,12 +1636,12 @@ class LossTrendDetector(_Trend):
                         loss = rec[R_LOSS]
                         assert loss is not None
                         items.append((_pos(rec[R_START], rec[R_PART]), skey, loss,
-                                      rec[R_STEP], partial(_made, _bulk_line(chunk, rec),
-                                                           rec)))
+                                      rec[R_STEP], rec[R_LOSS_SCALE],
+                                      partial(_made, _bulk_line(chunk, rec), rec)))
                 for pos, rec, line, part in recs:
                     loss = rec[R_LOSS]
                     assert loss is not None
-                    items.append((pos, skey, loss, rec[R_STEP],
+                    items.append((pos, skey, loss, rec[R_STEP], rec[R_LOSS_SCALE],
                                   partial(_made, _part_line(info, line, part), rec)))
                 continue
             last_pos = -1
@@ -1420,6 +1656,14 @@ class LossTrendDetector(_Trend):
                         for j, before, after, state in self._update_many(series, xs, step_fn):
                             i = part_seg[j]
                             fired.append((_pos(*shape.key(i)), state, before, after,
+                                          partial(_made, _bulk_line(chunk, shape.record(i)),
+                                                  shape.record(i))))
+                        for j, jump in self._jump_many(
+                                series, xs, step_fn,
+                                partial(_scale_at, shape.loss_scales, part_seg),
+                                partial(_halved_in, halved, skey, shape, part_seg)):
+                            i = part_seg[j]
+                            fired.append((_pos(*shape.key(i)), jump, 0.0, 0.0,
                                           partial(_made, _bulk_line(chunk, shape.record(i)),
                                                   shape.record(i))))
                         for j, climb in self._climb_many(series, xs, step_fn):
@@ -1441,22 +1685,35 @@ class LossTrendDetector(_Trend):
                 made_part = partial(_made, _part_line(info, line, part), rec)
                 if got is not None:
                     fired.append((pos, _Fired.of(series), got[0], got[1], made_part))
+                for _j, jump in self._jump_many(
+                        series, [loss], partial(_always, rec[R_STEP]),
+                        partial(_const, rec[R_LOSS_SCALE]),
+                        partial(_const, halved(skey.rpartition("\x1f")[0], pos))):
+                    fired.append((pos, jump, 0.0, 0.0, made_part))
                 for _j, climb in self._climb_many(series, [loss], partial(_always, rec[R_STEP])):
                     fired.append((pos, climb, 0.0, 0.0, made_part))
                 last_pos = pos
             touched.append((last_pos, skey))
         items.sort(key=itemgetter(0))
-        for pos, skey, loss, step, made in items:
+        for pos, skey, loss, step, scale, made in items:
             series = self._series_of(skey, step)
             got = self._update(series, loss, step)
             if got is not None:
                 fired.append((pos, _Fired.of(series), got[0], got[1], made))
+            for _j, jump in self._jump_many(
+                    series, [loss], partial(_always, step), partial(_const, scale),
+                    partial(_const, halved(skey.rpartition("\x1f")[0], pos))):
+                fired.append((pos, jump, 0.0, 0.0, made))
             for _j, climb in self._climb_many(series, [loss], partial(_always, step)):
                 fired.append((pos, climb, 0.0, 0.0, made))
             touched.append((pos, skey))
         for _at, skey in sorted(touched):
             if skey in self._series:
                 self._series.move_to_end(skey)
+        for pos, rank, kind, made in sorted(dropped, key=itemgetter(0)):
+            skey = f"{prefix}{rank or '-'}\x1f{kind}"
+            if (skey in had or first_loss.get(skey, pos) < pos) and self._vanish(skey):
+                fired.append((pos, _Vanished(None), 0.0, 0.0, made))
         out: list[Detection] = []
         replay_below = chunk.replay_below - chunk.base
         for pos, what, before, after, make in sorted(fired, key=itemgetter(0)):
@@ -1465,6 +1722,10 @@ class LossTrendDetector(_Trend):
             log_line, progress = make()
             if isinstance(what, _Climb):
                 out.append(self._climbed(info, log_line, progress, what))
+            elif isinstance(what, _Vanished):
+                out.append(self._lost(info, log_line, progress))
+            elif isinstance(what, _Jump):
+                out.append(self._jumped(info, log_line, progress, what))
             else:
                 out.append(self._diverged(info, log_line, progress, what, before, after))
         return out
@@ -1491,6 +1752,49 @@ class LossTrendDetector(_Trend):
             about=(f"loss rose on {climb.rises} progress lines in a row{where}: {figures} "
                    f"({ratio:.1f}x)"))
 
+    def _jumped(self, info: StreamInfo, line: LogLine, progress: Progress,
+                jump: _Jump) -> Detection:
+        last = jump.losses[-1]
+        ratio = last / jump.base
+        figures = " -> ".join(_fmt(x) for x in jump.losses)
+        facts: list[tuple[str, str]] = [
+            ("series", progress.kind), ("rule", "jump_overflow"),
+            ("before_loss", _fmt(jump.base)), ("after_loss", _fmt(last)),
+            ("ratio", f"{ratio:.2f}"), ("halvings", str(jump.halvings)), ("losses", figures)]
+        if jump.first_step is not None:
+            facts.append(("since_step", str(jump.first_step)))
+        if jump.last_step is not None:
+            facts.append(("step", str(jump.last_step)))
+        if progress.loss_scale is not None:
+            facts.append(("loss_scale", _fmt_scale(progress.loss_scale)))
+        since = f" from step {jump.first_step}" if jump.first_step is not None else ""
+        return self._detection(
+            info, line, signature="training_loss_diverged",
+            title="Training Loss Jumped And Stayed Up As The Loss Scale Halved",
+            severity=Severity.WARNING, remediation=_JUMP_REMEDIATION, facts=facts,
+            about=(f"loss {_fmt(jump.base)} -> {figures}{since} ({ratio:.1f}x), and the fp16 "
+                   f"loss scale halved {jump.halvings} times meanwhile"))
+
+    def _vanish(self, skey: str) -> bool:
+        """True (once) when the series ``skey`` had a finite loss and its loss now dropped
+        out of its progress lines."""
+        if skey not in self._series or skey in self._vanished:
+            return False
+        self._vanished.add(skey)
+        return True
+
+    def _lost(self, info: StreamInfo, line: LogLine, progress: Progress) -> Detection:
+        facts: list[tuple[str, str]] = [("series", progress.kind), ("rule", "vanished")]
+        if progress.step is not None:
+            facts.append(("step", str(progress.step)))
+        at = f" at step {progress.step}" if progress.step is not None else ""
+        return self._detection(
+            info, line, signature="training_nonfinite",
+            title="Training Loss Dropped Out Of The Progress Line", severity=Severity.WARNING,
+            remediation=_VANISHED_REMEDIATION, facts=facts,
+            about=(f"the {progress.kind} progress line{at} no longer carries the loss it "
+                   f"carried before, and no iteration was skipped: the loss became NaN/Inf"))
+
     def _diverged(self, info: StreamInfo, line: LogLine, progress: Progress, series: _Fired,
                   before: float, after: float) -> Detection:
         ratio = after / before if before > 0 else math.inf
@@ -1512,7 +1816,8 @@ class LossTrendDetector(_Trend):
     def snapshot(self) -> object:
         return {"version": 1, "offsets": self._offsets_state(),
                 "series": {k: s.to_json() for k, s in self._series.items()},
-                "steps": dict(self._steps)}
+                "steps": dict(self._steps), "vanished": sorted(self._vanished),
+                "halved": dict(self._halved), "lowered": dict(self._lowered)}
 
     def restore(self, state: object) -> None:
         if not isinstance(state, dict) or state.get("version") != 1:
@@ -1533,7 +1838,18 @@ class LossTrendDetector(_Trend):
                 climb_fired=bool(raw.get("climb_fired", False)),
                 climb_prior=(float(raw["climb_prior"][0]), float(raw["climb_prior"][1]))
                 if raw.get("climb_prior") else None)
+            jump = raw.get("jump")
+            if jump:
+                got = self._series[str(key)]
+                got.jump_base = float(jump[0]) if jump[0] is not None else None
+                got.jump_vals = [float(v) for v in jump[1]]
+                got.jump_len, got.jump_step, got.jump_halved = int(jump[2]), jump[3], int(jump[4])
+                got.jump_scale = float(jump[5]) if jump[5] is not None else None
+                got.jump_fired = bool(jump[6])
         self._steps = {str(k): int(v) for k, v in dict(state.get("steps", {})).items()}
+        self._vanished = {str(k) for k in state.get("vanished", ())}
+        self._halved = {str(k): int(v) for k, v in dict(state.get("halved", {})).items()}
+        self._lowered = {str(k): float(v) for k, v in dict(state.get("lowered", {})).items()}
 
 
 def _start_of_item(item: tuple[int, ProgressRecord, ChunkLine, Part]) -> int:
@@ -1550,6 +1866,30 @@ def _record_loss(rec: ProgressRecord) -> float | None:
     if rec[R_FLAGS] & (F_EVAL | F_OVERFLOW) or loss is None or not math.isfinite(loss):
         return None
     return loss
+
+
+def _halved_at(halvings: dict[str, tuple[int, list[int]]], counts: dict[str, int], hkey: str,
+               pos: int) -> int:
+    """Halvings of the loss scale of stream and rank ``hkey`` before chunk position ``pos``
+    (``halvings``: this chunk's, with the count before it; ``counts``: earlier chunks')."""
+    got = halvings.get(hkey)
+    if got is None:
+        return counts.get(hkey, 0)
+    return got[0] + bisect_left(got[1], pos)
+
+
+def _halved_in(halved: Callable[[str, int], int], skey: str, shape: Shape, idx: list[int],
+               j: int) -> int:
+    """``_halved_at`` for record ``idx[j]`` of a prepass shape in series ``skey``."""
+    return halved(skey.rpartition("\x1f")[0], _pos(*shape.key(idx[j])))
+
+
+def _loss_dropped(kind: str, loss: float | None, eval_or_overflow: object,
+                  skipped: Callable[[], bool]) -> bool:
+    """A progress record of a shape that leaves a NaN/Inf loss out of its line, with no loss,
+    of a training step that was not skipped (an fp16 overflow's skipped step has no loss)."""
+    return (kind in _DROPS_NONFINITE_LOSS and loss is None and not eval_or_overflow
+            and not skipped())
 
 
 def _loss_of(progress: Progress | None) -> float | None:
@@ -1583,6 +1923,14 @@ def _interleave(blocks: list[tuple[Shape, list[int]]], others: list[Any],
 
 def _always(step: int | None, _j: int) -> int | None:
     return step
+
+
+def _const(value: _T, _j: int) -> _T:
+    return value
+
+
+def _scale_at(scales: list[float | None], idx: list[int], j: int) -> float | None:
+    return scales[idx[j]]
 
 
 def _step_at(steps: list[int | None], idx: list[int], j: int) -> int | None:
