@@ -567,6 +567,9 @@ class TestAcceleratorMemoryExhaustion:
         "ERROR:engine:not enough memory for the activations of layer 12",
         "ERROR:推理:分配失败, 显存不足",
         "ERROR:推理:内存不足, 请减小 batch size",
+        "[ERROR] PRE_ACT(1,f,python):2024-01-01-00:00:00.000.000 [a.cc:1] Alloc] 申请显存失败, "
+        "size: 4096",
+        "ERROR:推理:已用大小超过总显存",
     ], ids=lambda v: v[-40:])
     def test_memory_exhaustion_in_the_runtimes_words_is_accelerator_memory(
             self, line: str) -> None:

@@ -340,7 +340,8 @@ MEMORY_EXHAUSTION_WORDS = (
     r"|out of (?:device |gpu |npu |hbm )?mem(?:ory)?\b|oom when allocating"
     r"|memory (?:is(?:n't| not)|not) (?:enough|sufficient)|not enough (?:\w+ )?memory"
     r"|insufficient (?:\w+ )?memory|memory (?:is )?(?:exhausted|insufficient)"
-    r"|显存不足|内存不足|显存溢出|内存溢出")
+    r"|显存不足|内存不足|显存溢出|内存溢出|(?:内存|显存)(?:申请|分配)失败|(?:申请|分配)(?:内存|显存)失败"
+    r"|(?:超出|超过)[^\uff0c,\u3002]{0,12}(?:内存|显存)")
 _MEMORY_EXHAUSTION = re.compile(MEMORY_EXHAUSTION_WORDS)
 _HOST_MEMORY = re.compile(r"host|cpu|swap|cgroup|\bram\b|system memory|oom.killer|pinned|主机")
 
