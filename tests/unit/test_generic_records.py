@@ -466,3 +466,165 @@ class TestLevelsOutsideTheUsualPlace:
 
         assert Severity.WARNING == severity
         assert "node_manager.cc" == captures["source"]
+
+
+class TestOpenMpiRuntimeRecords:
+    """Open MPI's runtime (ORTE, PRRTE, PMIx, OPAL) and launchers belong to the collective
+    vocabulary: their error records are warnings; their deprecation notices stay quiet."""
+
+    @pytest.mark.parametrize("line", [
+        "[worker:15806] PRTE ERROR: Bad parameter in file base/odls_base_default_fns.c at "
+        "line 962",
+        "[gpu-node-3:00412] PMIX ERROR: UNREACHABLE in file server/pmix_server.c at line 2795",
+        "[n1:2211] [[61284,0],0] ORTE_ERROR_LOG: Not found in file "
+        "base/plm_base_launch_support.c at line 1234",
+        "[host:77] [[INVALID],INVALID] ORTE_ERROR_LOG: A system-required executable either "
+        "could not be found or was not executable by this user in file "
+        "ess_singleton_module.c at line 388",
+    ], ids=lambda v: v[:40])
+    def test_an_open_mpi_runtime_error_record_is_a_collective_warning(self, line: str) -> None:
+        """``PRTE ERROR`` and ``PMIX ERROR`` are headers of their error macros;
+        ``ORTE_ERROR_LOG:`` is the macro's own name, read as an error."""
+        severity, captures = _record(line)
+
+        assert (Severity.WARNING, "collective") == (severity, captures["component"])
+
+    @pytest.mark.parametrize("line", [
+        "ERROR:launch:mpirun noticed that process rank 3 on node n4 exited on signal 9",
+        "ERROR:x:MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD",
+        "ERROR:x:mpiexec: HYDRA_launch failed",
+        "ERROR:x:[n1:22] OPAL_ERROR_LOG: Error in file pmix.c at line 4",
+    ], ids=lambda v: v[:40])
+    def test_its_launchers_and_abort_are_collective_words(self, line: str) -> None:
+        record = parse_any(line)
+
+        assert record is not None and "collective" == classify(record)
+
+    @pytest.mark.parametrize("line", [
+        "[worker:15806] PRTE INFO: launching 8 daemons",
+        "ERROR:x:the report mentions sportes and prtest fixtures",
+    ], ids=lambda v: v[:30])
+    def test_other_levels_and_words_containing_the_names_are_not(self, line: str) -> None:
+        record = parse_any(line)
+
+        assert record is None or record.level not in ("error", "fatal") or (
+            "collective" != classify(record))
+
+    def test_the_deprecated_mpi_info_key_notice_makes_nothing(self) -> None:
+        """Open MPI's banner says the key "will be treated / as an error in a future release":
+        prose mentioning an error is not a record, even when a traceback follows."""
+        found = generic_scan(text_of('''
+            WARNING: A deprecated MPI_Info key was used.
+
+              Deprecated key:   env
+              Corrected key:    PMIX_ENVAR
+
+            We have updated this for you and will proceed. However, this will be treated
+            as an error in a future release. Please update your application.
+            Traceback (most recent call last):
+            '''))
+
+        assert [] == found
+
+    @pytest.mark.parametrize("line", [
+        "as an error in a future release. Please update your application.",
+        "an error occurred while the banner was printed",
+        "is an error only when the flag is set",
+        "raise an error if the key is missing",
+    ], ids=lambda v: v[:30])
+    def test_prose_that_mentions_an_error_is_not_a_component_error(self, line: str) -> None:
+        assert parse_any(line) is None
+
+    @pytest.mark.parametrize("line", [
+        "HCCL demo error: notify wait timeout",
+        "CUDA runtime error (59) : device-side assert triggered",
+        "MIOpen(HIP): Error [BuildOcl] build failed",
+    ], ids=lambda v: v[:30])
+    def test_a_components_own_error_line_is_still_read(self, line: str) -> None:
+        record = parse_any(line)
+
+        assert record is not None and "component" == record.form
+
+
+class TestAcceleratorMemoryExhaustion:
+    """An accelerator runtime saying in its own words that its memory ran out: an error
+    record of an otherwise unnamed component is about the accelerator, and a warning."""
+
+    @pytest.mark.parametrize("line", [
+        "[ERROR] PRE_ACT(54175,fffdbcff91e0,python):2024-10-22-11:24:55.301.443 "
+        "[mindspore/ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc:392] "
+        "AddMemBlockAndMemBufByEagerFree] TotalUsedMemStatistics : 29356337664 plus "
+        "TotalUsedByEventMemStatistics : 0 and plus alloc size : 301990400 is more than total "
+        "mem size : 29464985600.",
+        "[ERROR] PRE_ACT(1,f,python):2024-10-22-11:24:55.301.443 [allocator.cc:12] Alloc] "
+        "used size 31 GB exceeds total mem 30 GB",
+        "2024-01-01 10:00:00 - engine - ERROR - Malloc 2147483648 bytes on stream 3 failed",
+        "ERROR:pool:alloc 512 MB of workspace memory failed, ret = 207001",
+        "ERROR:pool:memory allocation of 4096 blocks failed",
+        "ERROR:pool:failed to allocate 2.00 GiB of memory for the KV cache",
+        "[ERROR] PRE_ACT(1,f,python):2024-01-01-00:00:00.000.000 [a.cc:1] Run] Out of Memory!!!",
+        "ERROR:engine:Device memory isn't enough and alloc failed, kernel name: MatMul",
+        "ERROR:engine:not enough memory for the activations of layer 12",
+        "ERROR:推理:分配失败, 显存不足",
+        "ERROR:推理:内存不足, 请减小 batch size",
+        "[ERROR] PRE_ACT(1,f,python):2024-01-01-00:00:00.000.000 [a.cc:1] Alloc] 申请显存失败, "
+        "size: 4096",
+        "ERROR:推理:已用大小超过总显存",
+    ], ids=lambda v: v[-40:])
+    def test_memory_exhaustion_in_the_runtimes_words_is_accelerator_memory(
+            self, line: str) -> None:
+        severity, captures = _record(line)
+
+        assert (Severity.WARNING, "accelerator_runtime") == (severity, captures["component"])
+
+    @pytest.mark.parametrize("line", [
+        "ERROR:loader:host memory allocation failed for the prefetch buffer",
+        "ERROR:loader:out of memory: the cgroup limit of 64 GiB was reached",
+        "ERROR:loader:cpu memory is not enough to unpack the shard",
+        "ERROR:config:the memory limit is more than the node's total cores",
+        "ERROR:config:allocation of port 29500 failed",
+        "ERROR:config:memory usage is 3 GiB of 80 GiB",
+    ], ids=lambda v: v[:40])
+    def test_host_memory_and_other_allocations_are_not_accelerator_memory(
+            self, line: str) -> None:
+        record = parse_record(line)
+
+        assert record is not None
+        assert "accelerator_runtime" != classify(record)
+
+
+class TestRecordBeforeATraceback:
+    """An error record on the line just before a Python traceback is that failure's report:
+    a warning even when the traceback is cut before its exception (an excerpt, a log cut
+    mid-report), and whatever its component."""
+
+    def test_an_unknown_components_record_before_a_cut_traceback_is_a_warning(self) -> None:
+        found = generic_scan(text_of('''
+            ERROR:app:could not parse optional field 'notes'
+            Traceback (most recent call last):
+              File "/data/run.py", line 17, in <module>
+                outputs = model.generate(**input_ids)
+            '''))
+
+        record = only(found, RECORD)
+        assert Severity.WARNING == record.severity
+        assert ("followed by", "Traceback (most recent call last):") in record.facts
+
+    def test_a_record_lines_before_a_traceback_still_waits_for_the_process_to_end(self) -> None:
+        """A line between them: the traceback may be another matter (it is read on its own,
+        and the record rises only if the process ends)."""
+        found = generic_scan(text_of('''
+            ERROR:app:could not parse optional field 'notes'
+            step 12 loss 2.0
+            Traceback (most recent call last):
+            '''))
+
+        assert Severity.INFO == only(found, RECORD).severity
+
+    def test_a_warning_record_before_a_traceback_makes_nothing(self) -> None:
+        found = generic_scan(text_of('''
+            WARNING:app:could not parse optional field 'notes'
+            Traceback (most recent call last):
+            '''))
+
+        assert [] == [d for d in found if d.signature == RECORD]

@@ -493,6 +493,8 @@ class GenericDetector:
         header = HEADER_RE.search(text)
         if header is not None and not in_traceback:
             out = self._close_rank(st, line.rank)
+            if st.pending:  # a record just before a traceback is its account (even if cut)
+                out.extend(self._settle_reported(st, line))
             st.reports[line.rank] = TracebackReport(
                 line, self._preceding(st, before), window=self.window, hold=self.hold, now=now,
                 group=header.group("kind") == "Exception Group ")
@@ -779,6 +781,23 @@ class GenericDetector:
         while len(st.fired) > MAX_KEYS:
             st.fired.popitem(last=False)
         return True
+
+    def _settle_reported(self, st: _StreamState, line: LineIn) -> list[Detection]:
+        """A traceback starts on ``line``: the record waiting on the line just before it (of
+        the same rank) reported the failure the traceback shows; it is a warning now, whether
+        or not the traceback is read to its end (an excerpt, a log cut mid-report)."""
+        out: list[Detection] = []
+        keep: list[_Pending] = []
+        for waiting in st.pending:
+            found = waiting.found
+            if found.line.lineno == line.lineno - 1 and found.line.rank == line.rank:
+                out.append(self._detection(st, dataclasses.replace(
+                    found, severity=Severity.WARNING, wait=False,
+                    facts=(*found.facts, ("followed by", clip(line.text, 160))))))
+            else:
+                keep.append(waiting)
+        st.pending = keep
+        return out
 
     def _settle(self, st: _StreamState, why: str, ended: str = "",
                 now: float = 0.0) -> list[Detection]:

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 from sigwatch.detectors.generic._text import literal_first
 
-__all__ = ["COMPONENTS", "Record", "classify", "level_of", "parse_any", "parse_record"]
+__all__ = ["COMPONENTS", "Record", "classify", "exhausts_memory", "level_of", "parse_any",
+           "parse_record"]
 
 COMPONENTS = ("accelerator_runtime", "collective", "interconnect", "storage", "scheduler",
               "container_runtime", "other")
@@ -92,8 +93,14 @@ _BRACKET_RE = re.compile(
 # "<component> error ...": a library's own error line ("MIOpen(HIP): Error [BuildOcl] ...",
 # "HCCL demo error: ...", "NCCL failure common.cu:908 ...", "CUDA runtime error (59) : ...",
 # "THCudaCheck FAIL file=...") and the bare "Error: ..." of command-line tools.
+# Not a word of a sentence's middle, where prose mentions an error ("... will be treated /
+# as an error in a future release", "raise an error"): an article, preposition or verb.
+_PROSE = (r"(?!(?i:an?|the|as|is|was|were|be|been|with|of|in|on|at|to|for|by|from|no|not|any"
+          r"|some|this|that|its?|if|or|and|but|than|such|raised?|throws?|treated|reports?"
+          r"|returns?|logs?)\b)")
 _COMPONENT_ERROR_RE = re.compile(
-    r"^(?:(?P<src>[A-Za-z][\w.+/()-]{0,40})(?: [A-Za-z][\w.+/()-]{0,20})?:? )?"
+    rf"^(?:{_PROSE}(?P<src>[A-Za-z][\w.+/()-]{{0,40}})"
+    rf"(?: {_PROSE}[A-Za-z][\w.+/()-]{{0,20}})?:? )?"
     r"(?P<L>[Ee]rror|ERROR|[Ff]ailure|FAILURE|FAIL|[Ff]atal [Ee]rror|FATAL(?: ERROR)?)"
     r"(?=[:\s\[(]|$)[:\s]*(?P<msg>.*)$")
 _PROGRAM_RE = re.compile(
@@ -126,6 +133,11 @@ _STAMPED_RE = re.compile(
 _STATEMENT_RE = re.compile(
     r"^(?:Could not|Couldn't|Failed to|Unable to|Cannot|Can't|Error (?:while|when)) "
     r"[^:]{2,120}: (?!.*\b(?:skipping|ignoring|falling back|fall back|using default))\S")
+# Open MPI's, PRRTE's and PMIx's error macros (``ORTE_ERROR_LOG``, ``OPAL_ERROR_LOG``): ``[host:pid]
+# [[jobid,0],0] ORTE_ERROR_LOG: Not found in file base/plm_base_launch_support.c at line 1234``
+# (``PRTE_ERROR_LOG`` and ``PMIX_ERROR_LOG`` print ``PRTE ERROR: ...``, read as a header).
+_MPI_ERROR_LOG_RE = re.compile(
+    r"(?:^|[\s\]])(?P<src>ORTE|OPAL|PRTE|PMIX|OMPI)_ERROR_LOG:\s*(?P<msg>.*)$")
 _LOGFMT_RE = re.compile(
     r"(?:^|\s)level=\"?(?P<L>[a-zA-Z]{3,9})\b")
 _LOGFMT_MSG_RE = re.compile(r"(?:^|\s)msg=(?:\"(?P<q>(?:[^\"\\]|\\.){0,500})\"|(?P<w>\S{1,200}))")
@@ -244,6 +256,10 @@ def _parse(text: str) -> Record | None:
     m = _PROGRAM_RE.match(text)
     if m is not None:
         return Record(_level(m.group("L")), "program", m.group("src"), m.group("msg").strip())
+    if "_ERROR_LOG:" in text[:200]:
+        m = _MPI_ERROR_LOG_RE.search(text, 0, 200)
+        if m is not None:
+            return Record("error", "mpi", m.group("src"), m.group("msg").strip())
     record = _header_record(text)
     if record is not None:
         return record
@@ -286,7 +302,9 @@ VOCABULARY_WORDS: tuple[tuple[str, str], ...] = (
     ("collective", (
      r"nccl|rccl|hccl|\bhcl\b|gloo|\bmpi\b|mpi_|oneccl|\bccl\b|c10d|processgroup"
      r"|all_?reduce|all_?gather|reduce_?scatter|alltoall|collective|horovod|nvshmem|\bpml_"
-     r"|\bcoll_")),
+     r"|\bcoll_"
+     # Open MPI's runtime and launchers: ORTE, PRRTE (``PRTE ERROR``), PMIx, OPAL, mpirun
+     r"|\borte\b|orte_|\bprte\b|prrte|\bpmix|\bopal_|\bompi|\bmpirun\b|mpiexec")),
     ("accelerator_runtime", (
      r"cuda|cudnn|cublas|nvrtc|nvml|nvidia|\bgpus?\b|\bhip\b|rocm|\bhsa\b|miopen|rocblas"
      r"|amdgpu|\bxla\b|\btpus?\b|pjrt|\bnpus?\b|ascend|aicore|aicpu|\bacl\b|\bcann\b"
@@ -306,6 +324,35 @@ _CANN_MODULES = {
 }
 
 
+# Memory exhaustion in an accelerator runtime's own words (MindSpore's ``... is more than total
+# mem size``, ``exceeds total mem``, CANN's ``Malloc device memory failed``, ``Device memory
+# isn't enough``, ``alloc ... failed``, ``Out of Memory``, and ``显存不足`` / ``内存不足``): a
+# record of an otherwise unnamed component that says so is about accelerator memory, unless it
+# names the host's memory (``host``, ``cpu``, ``swap``, ``cgroup``: the kernel's OOM shapes).
+_CLAUSE = r"(?:[^.;]|\.(?=\d))"  # within one clause (a decimal point does not end it)
+MEMORY_EXHAUSTION_WORDS = (
+    r"(?:exceed(?:s|ed|ing)?|(?:is |are )?(?:more|greater|larger|bigger) than) (?:the )?"
+    r"(?:total|max(?:imum)?|available|free|device|usable|capacity|limit)[\w ]{0,24}?mem"
+    rf"|malloc{_CLAUSE}{{0,80}}?fail"
+    rf"|m?alloc(?:ate|ation)?[\w ]{{0,30}}?mem\w*{_CLAUSE}{{0,60}}?fail"
+    rf"|mem(?:ory)? m?alloc\w*{_CLAUSE}{{0,60}}?fail"
+    rf"|fail\w*(?: to)? m?alloc\w*{_CLAUSE}{{0,40}}?mem"
+    r"|out of (?:device |gpu |npu |hbm )?mem(?:ory)?\b|oom when allocating"
+    r"|memory (?:is(?:n't| not)|not) (?:enough|sufficient)|not enough (?:\w+ )?memory"
+    r"|insufficient (?:\w+ )?memory|memory (?:is )?(?:exhausted|insufficient)"
+    r"|显存不足|内存不足|显存溢出|内存溢出|(?:内存|显存)(?:申请|分配)失败|(?:申请|分配)(?:内存|显存)失败"
+    r"|(?:超出|超过)[^\uff0c,\u3002]{0,12}(?:内存|显存)")
+_MEMORY_EXHAUSTION = re.compile(MEMORY_EXHAUSTION_WORDS)
+_HOST_MEMORY = re.compile(r"host|cpu|swap|cgroup|\bram\b|system memory|oom.killer|pinned|主机")
+
+
+def exhausts_memory(message: str) -> bool:
+    """True when ``message`` (lowercased) says an accelerator's memory ran out: an allocation
+    failed or the memory in use would exceed the total, in the runtime's own words."""
+    return (_MEMORY_EXHAUSTION.search(message) is not None
+            and _HOST_MEMORY.search(message) is None)
+
+
 def classify(record: Record) -> str:
     """The component a record is about, from the words of its source and message."""
     if record.form == "cann" and record.source in _CANN_MODULES:
@@ -314,4 +361,6 @@ def classify(record: Record) -> str:
     for name, pattern in _VOCABULARY:
         if pattern.search(words) is not None:
             return name
+    if exhausts_memory(words):
+        return "accelerator_runtime"
     return "other"
