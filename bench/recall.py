@@ -117,10 +117,14 @@ class Report:
 
     outcomes: list[Outcome] = field(default_factory=list)
 
-    def per_class(self) -> dict[str, tuple[int, int, int, int]]:
-        """class -> (failures, caught, healthy, false alarms)."""
+    def per_class(self, excluding: frozenset[str] = frozenset(),
+                  ) -> dict[str, tuple[int, int, int, int]]:
+        """class -> (failures, caught, healthy, false alarms); ``excluding``: excerpt names
+        left out (the open misses EXPECTED.toml lists)."""
         rows: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         for o in self.outcomes:
+            if o.excerpt.name in excluding:
+                continue
             row = rows[o.excerpt.cls]
             if o.excerpt.expect == "alarm":
                 row[0] += 1
@@ -150,8 +154,8 @@ class Report:
     def recall(self) -> float:
         return self.caught / self.failures if self.failures else 1.0
 
-    def min_class_recall(self) -> float:
-        values = [caught / n for n, caught, _h, _f in self.per_class().values() if n]
+    def min_class_recall(self, excluding: frozenset[str] = frozenset()) -> float:
+        values = [caught / n for n, caught, _h, _f in self.per_class(excluding).values() if n]
         return min(values, default=1.0)
 
 
@@ -195,6 +199,18 @@ def load_expected(path: Path = EXPECTED) -> dict[str, float]:
     """The recorded floor: ``recall`` (overall) and ``class_recall`` (every class)."""
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     return {"recall": float(data["recall"]), "class_recall": float(data["class_recall"])}
+
+
+def load_open(path: Path = EXPECTED) -> dict[str, str]:
+    """The open misses: excerpt name -> why it is not caught yet. They count in the overall
+    recall but not in the per-class floor, and each must still be missed (a list that says
+    more than the truth fails the test command)."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    table = data.get("open", {})
+    if not isinstance(table, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in table.items()):
+        raise ValueError(f"{path}: open: a table of excerpt name = 'the reason it is missed'")
+    return dict(table)
 
 
 def build_engine(patterns: PatternSet | None = None) -> Engine:
@@ -415,8 +431,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = []
     if report.recall < floor["recall"]:
         failed.append(f"recall {report.recall:.3f} < {floor['recall']} (EXPECTED.toml)")
-    if report.min_class_recall() < floor["class_recall"]:
-        failed.append(f"a class is below {floor['class_recall']} recall")
+    open_misses = frozenset(load_open())
+    if report.min_class_recall(open_misses) < floor["class_recall"]:
+        failed.append(f"a class is below {floor['class_recall']} recall (open misses aside)")
     if report.false_alarms:
         failed.append(f"{report.false_alarms} false alarm(s) on healthy excerpts")
     for problem in failed:
