@@ -60,6 +60,9 @@ class TestFatalSignalsAsToolsPrintThem:
         ("torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal "
          "SIGKILL", "SIGKILL"),
         ("Error: Process completed with exit code 139.", "SIGSEGV"),
+        ("Job exited with error code 137", "SIGKILL"),
+        ("[dsw-541920-5fd5c64bc4-m25b4:02519] Signal: Segmentation fault (11)", "SIGSEGV"),
+        ("[gpu-3:4411] Signal: Bus error (7)", "SIGBUS"),
         ("[12345.678] Memory cgroup out of memory: Killed process 140339 (python3) "
          "total-vm:120832kB, anon-rss:15596kB", "SIGKILL"),
         ("systemd[1]: trainer.service: Main process exited, code=killed, status=9/KILL",
@@ -218,9 +221,11 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
     ("Signal 6 (SIGABRT) received by PID 4321",),
     ("worker 3 exited with signal SIGKILL", "rank 2 was killed by signal 9"),
     ("process 12 died with <Signals.SIGKILL: 9>",),
+    ("[dsw-5fd5c64bc4-m25b4:02519] Signal: Segmentation fault (11)", "Signal: Aborted (6)"),
     ("2024-05-01 12:00:00 received signal SIGSEGV, terminating",),
     ("exitcode  : -9 (pid: 1234)", "returncode=-11"),
-    ("Process exited with exit code 137", "return code 134"),
+    ("Process exited with exit code 137", "return code 134",
+     "Job exited with error code 137"),
     ("[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x45d2a1]",),
     ("MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",),
     ("*** An error occurred in MPI_Init_thread",
@@ -342,16 +347,21 @@ class TestShellReportsAsPagesAndTerminalsShowThem:
         "Loading checkpoint shards:  38%|██████▊           | 3/8 [00:02<00:03,  1.28it/s]Killed",
         "100%|██████████| 10/10 [00:01<00:00,  9.12it/s]Segmentation fault (core dumped)",
         "Epoch 3:  12%|█▏        | 120/1000 [01:02<07:38]Bus error",
+        "135 | 1534166953117 | /usr/local/bin/train.sh: line 18:    36 Killed                  "
+        "python3 convolutional_network.py --trainImagesFile x.gz",
+        "job-7 | Segmentation fault (core dumped)",
     ], ids=lambda v: v[:40])
     def test_the_report_through_markup_or_glued_to_a_progress_bar(self, line: str) -> None:
         """A page's bold or code span; a tqdm bar redrawn with ``\\r`` that never ended its
-        line before the shell reported the death."""
+        line before the shell reported the death; a log viewer's columns before it."""
         assert _crash(line + "\n")["kind"] == "signal"
 
     @pytest.mark.parametrize("line", [
         "**Killed 3 stale workers**",
         "10/10 [00:01<00:00, 9.12it/s] Killed 3 stale workers",
         "Loading checkpoint shards: 100%|██████████| 8/8 [00:09<00:00,  1.2s/it]",
+        "135 | 1534166953117 | Killed 3 stale workers",
+        "Signal: Segmentation fault (11) is what the handler prints; ours printed nothing",
     ], ids=lambda v: v[:40])
     def test_near_misses_stay_quiet(self, line: str) -> None:
         """The word in a sentence, inside markup or after a bar; a bar that finished."""

@@ -202,6 +202,9 @@ class TestVendorCodes:
     @pytest.mark.parametrize(("line", "code", "meaning"), [
         ("[ERROR] RUNTIME(1234,python):2024-01-01-12:00:00.123.456 [stream.cc:1066] Stream "
          "synchronize failed, error code=507014", "507014", "aicore execution times out"),
+        ("ERROR 03-25 06:14:02 [multiproc_executor.py:880]        synchronize stream with "
+         "timeout failed, runtime result = 507011[FUNC:ReportCallError][FILE:log_inner.cpp]",
+         "507011", "model execution failed"),
         ("ERROR:npu:EZ9999: Inner Error!", "EZ9999", "inner error"),
         ("ERROR:acl:launch failed: ACL_ERROR_RT_AICORE_TIMEOUT", "ACL_ERROR_RT_AICORE_TIMEOUT",
          "aicore execution times out"),

@@ -54,7 +54,7 @@ _TOKEN_RE = re.compile(
     r"|(?:cuda|hip|nccl|hccl|syn)[A-Z][A-Za-z]{2,60}|[1-5]\d{5})\b")
 # A bare six-digit number is an ACL code only where the line says it is a code.
 _NUMERIC_CONTEXT_RE = re.compile(
-    r"(?i)(?:error ?code|err(?:or)?_?no|ret(?:urn)?(?: ?code| ?value)?|code|status)"
+    r"(?i)(?:error ?code|err(?:or)?_?no|ret(?:urn)?(?: ?code| ?value)?|code|status|result)"
     r"\s*(?:is|=|:)?\s*\[?$")
 
 

@@ -98,7 +98,9 @@ _SHELL_RE = re.compile(
     # bash: the report alone, with a job number, or "script: line N: PID <word>  command"
     # (``at``: bash pads the description to a column, wider in a zh_CN locale where it counts
     # bytes, then "(core dumped)", one space and the command line, however long)
-    r"^(?:\[\d{1,4}\][+-]? +)?(?:(?P<at>\S{1,200}: (?:line|行) \d{1,7}: *\d{1,10} +)"
+    # (a log viewer's or a collector's columns before it: "135 | 1534166953117 | ...")
+    r"^(?:[\w.:/-]{1,40} \| ){0,3}(?:\[\d{1,4}\][+-]? +)?"
+    r"(?:(?P<at>\S{1,200}: (?:line|行) \d{1,7}: *\d{1,10} +)"
     r"|(?:\S{1,200}: (?:line|行) \d{1,7}: *)?(?:\d{1,10} +)?)"
     + _SHELL_WORD + r"(?P<core> {0,40}\((?:core dumped|核心已转储)\))?"
     r"(?:(?(at)[ \t]+|(?: {2,}|\t))\S.{0,4000})?$"
@@ -140,10 +142,14 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                     r"|(?P<sword>Killed|Segmentation fault|Aborted|Bus error|Terminated"
                     r"|Floating point exception|Illegal instruction))")),
         ("signal", r"died with <Signals\.(?P<sig>SIG[A-Z]{2,6}): \d{1,2}>"),
+        # Open MPI's signal handler: "[host:pid] *** Process received signal ***" then
+        # "[host:pid] Signal: Segmentation fault (11)"
+        ("signal", r"(?:^|\] )Signal: [A-Z][a-z]{2,20}(?: [a-z]{2,20}){0,3} \((?P<num>\d{1,2})\)$"),
         ("signal", r"received signal (?P<sig>SIG[A-Z]{2,6})(?:, terminating| \(\d+\))"),
         ("signal", (r"\b(?:exit ?code|exitcode|return ?code|returncode|exit status|exit_code)"
                     r"\s*[:=]?\s*-(?P<num>\d{1,2})\b")),
-        ("signal", (r"\b(?:exit(?:ed)? (?:with )?(?:code|status)|exitcode|return code|returncode)"
+        ("signal", (r"\b(?:exit(?:ed)? (?:with )?(?:error )?(?:code|status)|exitcode|return code"
+                    r"|returncode)"
                     r"\s*[:=]?\s*(?P<code>1[3-5]\d)\b")),
         ("signal", r"\[signal (?P<sig>SIG[A-Z]{2,6}): "),
         ("abort", r"MPI_ABORT was invoked on rank \d{1,7}"),
