@@ -1522,6 +1522,33 @@ class LossTrendDetector(_Trend):
             out.append(self._diverged(info, line, progress, _Fired.of(series), got[0], got[1]))
         return out
 
+    def _segment(self, skey: str, shape: Shape, seg: list[int], chunk: Chunk,
+                 halved: Callable[[str, int], int],
+                 fired: list[tuple[int, _Fired | _Climb | _Jump | _Vanished, float, float,
+                                   Callable[[], tuple[LogLine, Progress]]]]) -> None:
+        """One run of prepass records of series ``skey`` whose steps do not go back: the step
+        time, jump and climb rules over its losses as one block, what fires appended to
+        ``fired``, and the series' last step kept."""
+        losses, steps = shape.losses, shape.steps
+        xs = [x for i in seg if (x := losses[i]) is not None]
+        series = self._series_of(skey, steps[seg[0]])
+        step_fn = partial(_step_at, steps, seg)
+
+        def made(i: int) -> Callable[[], tuple[LogLine, Progress]]:
+            return partial(_made, _bulk_line(chunk, shape.record(i)), shape.record(i))
+
+        for j, before, after, state in self._update_many(series, xs, step_fn):
+            fired.append((_pos(*shape.key(seg[j])), state, before, after, made(seg[j])))
+        for j, jump in self._jump_many(series, xs, step_fn,
+                                       partial(_scale_at, shape.loss_scales, seg),
+                                       partial(_halved_in, halved, skey, shape, seg)):
+            fired.append((_pos(*shape.key(seg[j])), jump, 0.0, 0.0, made(seg[j])))
+        for j, climb in self._climb_many(series, xs, step_fn):
+            fired.append((_pos(*shape.key(seg[j])), climb, 0.0, 0.0, made(seg[j])))
+        last_step = next((st for i in reversed(seg) if (st := steps[i]) is not None), None)
+        if last_step is not None:
+            self._steps[skey] = last_step
+
     def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
         """As ``on_line`` for each delivered part, in order; a series read only by the
         prepass in blocks (``_update_many``)."""
@@ -1601,32 +1628,9 @@ class LossTrendDetector(_Trend):
             skey = f"{prefix}{rank or '-'}\x1f{kind}"
             if not recs and len(blocks) == 1 and not in_order:
                 shape, idx = blocks[0]
-                losses, steps = shape.losses, shape.steps
-                for seg in _runs(steps, idx, self._steps.get(skey)):  # split where steps go back
-                    xs = [x for i in seg if (x := losses[i]) is not None]
-                    series = self._series_of(skey, steps[seg[0]])
-                    step_fn = partial(_step_at, steps, seg)
-                    for j, before, after, state in self._update_many(series, xs, step_fn):
-                        i = seg[j]
-                        fired.append((_pos(*shape.key(i)), state, before, after,
-                                      partial(_made, _bulk_line(chunk, shape.record(i)),
-                                              shape.record(i))))
-                    for j, jump in self._jump_many(
-                            series, xs, step_fn, partial(_scale_at, shape.loss_scales, seg),
-                            partial(_halved_in, halved, skey, shape, seg)):
-                        i = seg[j]
-                        fired.append((_pos(*shape.key(i)), jump, 0.0, 0.0,
-                                      partial(_made, _bulk_line(chunk, shape.record(i)),
-                                              shape.record(i))))
-                    for j, climb in self._climb_many(series, xs, step_fn):
-                        i = seg[j]
-                        fired.append((_pos(*shape.key(i)), climb, 0.0, 0.0,
-                                      partial(_made, _bulk_line(chunk, shape.record(i)),
-                                              shape.record(i))))
-                    last_step = next((st for i in reversed(seg)
-                                      if (st := steps[i]) is not None), None)
-                    if last_step is not None:
-                        self._steps[skey] = last_step
+                # split where steps go back
+                for seg in _runs(shape.steps, idx, self._steps.get(skey)):
+                    self._segment(skey, shape, seg, chunk, halved, fired)
                 touched.append((_pos(*shape.key(idx[-1])), skey))
                 continue
             if in_order:  # every record of the chunk in line order (eviction order)
@@ -1648,33 +1652,8 @@ class LossTrendDetector(_Trend):
             for run_shape, what in _interleave(blocks, recs, _start_of_item):
                 if run_shape is not None:  # a run of prepass records
                     shape, run = run_shape, cast("list[int]", what)
-                    losses, steps = shape.losses, shape.steps
-                    for part_seg in _runs(steps, run, self._steps.get(skey)):
-                        xs = [x for i in part_seg if (x := losses[i]) is not None]
-                        series = self._series_of(skey, steps[part_seg[0]])
-                        step_fn = partial(_step_at, steps, part_seg)
-                        for j, before, after, state in self._update_many(series, xs, step_fn):
-                            i = part_seg[j]
-                            fired.append((_pos(*shape.key(i)), state, before, after,
-                                          partial(_made, _bulk_line(chunk, shape.record(i)),
-                                                  shape.record(i))))
-                        for j, jump in self._jump_many(
-                                series, xs, step_fn,
-                                partial(_scale_at, shape.loss_scales, part_seg),
-                                partial(_halved_in, halved, skey, shape, part_seg)):
-                            i = part_seg[j]
-                            fired.append((_pos(*shape.key(i)), jump, 0.0, 0.0,
-                                          partial(_made, _bulk_line(chunk, shape.record(i)),
-                                                  shape.record(i))))
-                        for j, climb in self._climb_many(series, xs, step_fn):
-                            i = part_seg[j]
-                            fired.append((_pos(*shape.key(i)), climb, 0.0, 0.0,
-                                          partial(_made, _bulk_line(chunk, shape.record(i)),
-                                                  shape.record(i))))
-                        last_step = next((st for i in reversed(part_seg)
-                                          if (st := steps[i]) is not None), None)
-                        if last_step is not None:
-                            self._steps[skey] = last_step
+                    for part_seg in _runs(shape.steps, run, self._steps.get(skey)):
+                        self._segment(skey, shape, part_seg, chunk, halved, fired)
                     last_pos = _pos(*shape.key(run[-1]))
                     continue
                 pos, rec, line, part = what
