@@ -4,7 +4,7 @@ Debian's ``slurm-wlm`` (``slurmctld``, ``slurmd``, ``scontrol``, ``sinfo``) and 
 installed when missing (root on Debian; otherwise the test is skipped with the reason). Every
 daemon runs in the foreground from a folder under the test's ``tmp_path``, on free loopback
 ports, and is stopped by its PID: nothing is shared with a Slurm the machine may run, and
-nothing is left behind. Facts behind the choices: ``/work/shared/research/slurm-on-loopback.md``
+nothing is left behind. Facts behind the choices (the team's research note on Slurm on loopback)
 (several ``slurmd -N NAME`` on one host work in 22.05; a node shows ``idle*`` for a while after
 a resume, so tests look at the DRAIN flag, not at ``idle``).
 """

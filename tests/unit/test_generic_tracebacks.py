@@ -203,7 +203,7 @@ class TestChainsAndWrappers:
               traceback : Traceback (most recent call last):
                 File "/usr/local/lib/python3.10/dist-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 346, in wrapper
                   return f(*args, **kwargs)
-                File "/work/train.py", line 61, in main
+                File "/home/user/train.py", line 61, in main
                   raise ValueError(f"bad config: {cfg.name}")
               ValueError: bad config: tiny
             ============================================================
@@ -211,7 +211,7 @@ class TestChainsAndWrappers:
 
         d = only(found, TB)
         assert {"exception": "ValueError", "message": "bad config: tiny",
-                "frame": "/work/train.py:61 in main",
+                "frame": "/home/user/train.py:61 in main",
                 "cause": "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
                 } == dict(d.captures)
 
