@@ -204,3 +204,35 @@ class TestHealthCheckers:
     def test_near_misses_are_not_failed_checks(self, line: str) -> None:
         """A retry of a probe, and ERR/FAIL values of keys that are not about health."""
         assert [] == [d for d in generic_scan(line + "\n") if d.signature == CHECK]
+
+
+class TestTheWordGate:
+    """``match_check`` first asks for one of the words a failed check needs; the gate may only
+    skip lines the patterns would not take (the per-chunk driver reads many lines with an error
+    word and no check)."""
+
+    @staticmethod
+    def _corpus_lines() -> list[str]:
+        import tomllib
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[1] / "corpus"
+        texts = [str(tomllib.loads(p.read_text(encoding="utf-8")).get("text", ""))
+                 for p in sorted((root / "real").rglob("*.toml"))]
+        texts += [p.read_text(encoding="utf-8", errors="replace")
+                  for folder in ("goodlogs", "incidents")
+                  for p in sorted((root / folder).rglob("*")) if p.is_file()]
+        return [line for text in texts for line in text.splitlines()]
+
+    def test_the_gate_skips_only_lines_no_check_takes(self) -> None:
+        from sigwatch.detectors.generic.checks import match_check, read_check
+
+        lines = self._corpus_lines()
+        lines += ["  HEALTH_CHECK FAILED on gpu 3", "Overall Health: Abnormal",
+                  "| 2  910B  | Health: Fault |", "node.health/nhc=EVICT_gpu", "Pending : Yes"]
+        taken = 0
+        for previous, line in zip(["", *lines], lines, strict=False):
+            expected = read_check(line, previous)
+            assert match_check(line, previous) == expected, line
+            taken += expected is not None
+        assert taken >= 15  # the corpus holds failed checks: the comparison is not vacuous

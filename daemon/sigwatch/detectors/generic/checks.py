@@ -82,10 +82,24 @@ _HEALTH_LABEL_RE = re.compile(
     r"(?:^|[\s,{\"])(?P<label>(?:[\w.-]{1,120}/)?[\w.-]{0,60}(?:health|dcgm|diag|check|nhc)"
     r"[\w.-]{0,60})=\"?(?P<value>(?:ERR|FAIL|EVICT|UNHEALTHY|Unhealthy|Failed)[\w.:-]{0,80})")
 _GPU_BURN_RE = re.compile(r"\bGPU \d{1,3}: FAULTY\b|^\s*\d{1,3}\.\d+%\s+proc'd:.*\bFAULTY\b")
+# Words every failed check above needs (its verdict or its subject), tried before them with
+# ``in``: most lines the generic layer reads hold an error word and none of these. Each is a
+# substring of what one of the patterns requires ("ail" of [Ff]ail(ed); "heck" of [Cc]heck);
+# "health" is tried on the lowered text for the one pattern that ignores case.
+_CHECK_WORDS = ("Yes", "ERR", "Alarm", "Critical", "Warning", "Error", "FAIL", "WARN", "ail",
+                "Out of bounds", "FAULTY", "heck", "EVICT", "UNHEALTHY", "Unhealthy",
+                "Abnormal", "Fault")
 
 
 def match_check(text: str, previous: str = "") -> FailedCheck | None:
     """The failed check ``text`` reports (``previous``: the line before it), or None."""
+    if not any(word in text for word in _CHECK_WORDS) and "health" not in text.lower():
+        return None
+    return read_check(text, previous)
+
+
+def read_check(text: str, previous: str = "") -> FailedCheck | None:
+    """``match_check`` without its word gate (what the gate is tested against)."""
     m = _SMI_FLAG_RE.match(text)
     if m is not None:
         return FailedCheck("nvidia-smi", f"{m.group('what')}: Yes", "error")
