@@ -204,7 +204,8 @@ def load_expected(path: Path = EXPECTED) -> dict[str, float]:
 def load_open(path: Path = EXPECTED) -> dict[str, str]:
     """The open misses: excerpt name -> why it is not caught yet. They count in the overall
     recall but not in the per-class floor, and each must still be missed (a list that says
-    more than the truth fails the test command)."""
+    more than the truth fails the test command). A healthy excerpt listed here is an open
+    false alarm: it counts in the false alarms printed, and must still raise one."""
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     table = data.get("open", {})
     if not isinstance(table, dict) or not all(
@@ -434,8 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     open_misses = frozenset(load_open())
     if report.min_class_recall(open_misses) < floor["class_recall"]:
         failed.append(f"a class is below {floor['class_recall']} recall (open misses aside)")
-    if report.false_alarms:
-        failed.append(f"{report.false_alarms} false alarm(s) on healthy excerpts")
+    alarms = [o.excerpt.name for o in report.outcomes
+              if o.excerpt.expect == "quiet" and not o.ok and o.excerpt.name not in open_misses]
+    if alarms:
+        failed.append(f"{len(alarms)} false alarm(s) on healthy excerpts (open ones aside)")
     for problem in failed:
         print(f"recall: FAIL: {problem}", file=sys.stderr)
     return 1 if failed else 0

@@ -2423,6 +2423,11 @@ UNDER_WAY_EPOCH = 1.0
 # Every common dynamic loss scaler starts its search at 2^16 (DeepSpeed, apex, torch) or above
 # (Megatron: 2^32): a run of halvings from below 2^15 is no fresh start-up search.
 SEARCH_FLOOR = 2.0 ** 15
+# Halvings in a row, from below ``SEARCH_FLOOR``, that are a collapse even where nothing shows
+# training under way (apex's and fairseq's overflow lines between epochs that print no step):
+# the scale lost a factor of 256 where a start-up search, had one been caught mid-way, would
+# have settled.
+DEEP_RUN = 8
 _COLLAPSE_REMEDIATION = Remediation(
     summary="The fp16 dynamic loss scale is halved record after record mid-run: the gradients "
             "overflow at almost every step, so the optimiser skips them (no training happens) "
@@ -2838,7 +2843,8 @@ class BadNumbersDetector(_Base):
         search: the scale held or grew once, or ``settled_records`` progress records without
         a halving came first (the halvings since count), or training was shown under way (an
         optimiser step of ``UNDER_WAY_STEP`` or a whole epoch, before or during the run) and
-        the run began below ``SEARCH_FLOOR`` (every halving of the run counts).
+        the run began below ``SEARCH_FLOOR`` (every halving of the run counts), or the run
+        began below ``SEARCH_FLOOR`` and is ``DEEP_RUN`` halvings long.
         """
         scale, before = rec[R_LOSS_SCALE], st.scale
         if scale is not None and not math.isfinite(scale):
@@ -2883,8 +2889,9 @@ class BadNumbersDetector(_Base):
                 st.halving_from, st.halving_step = start, rec[R_STEP]
             st.halvings += 1
         by_settled = settled and st.halvings >= self.halvings
-        by_position = (st.under_way and st.run_all >= self.halvings
-                       and st.run_from is not None and st.run_from < SEARCH_FLOOR)
+        below_search = st.run_from is not None and st.run_from < SEARCH_FLOOR
+        by_position = below_search and (
+            (st.under_way and st.run_all >= self.halvings) or st.run_all >= DEEP_RUN)
         if st.collapse_fired or not (by_settled or by_position):
             return None
         st.collapse_fired = True

@@ -81,12 +81,18 @@ _ERROR_CODE_COUNT_RE = re.compile(
 _HEALTH_LABEL_RE = re.compile(
     r"(?:^|[\s,{\"])(?P<label>(?:[\w.-]{1,120}/)?[\w.-]{0,60}(?:health|dcgm|diag|check|nhc)"
     r"[\w.-]{0,60})=\"?(?P<value>(?:ERR|FAIL|EVICT|UNHEALTHY|Unhealthy|Failed)[\w.:-]{0,80})")
+# nccl-tests' (and rccl-tests') own check of every call: "<host>: Test NCCL failure
+# common.cu:775 'unhandled cuda error ...'" (also "Test CUDA failure", "Test HIP failure").
+_NCCL_TESTS_FAILURE_RE = re.compile(
+    r"\bTest (?P<lib>NCCL|RCCL|CUDA|HIP) failure \S{1,300}:\d{1,6} '(?P<what>[^']{1,200})")
+# fi_info (libfabric) finding no usable provider: "fi_getinfo: -61 (No data available)".
+_FI_GETINFO_RE = re.compile(r"^fi_getinfo: (?P<code>-\d{1,4})\b")
 _GPU_BURN_RE = re.compile(r"\bGPU \d{1,3}: FAULTY\b|^\s*\d{1,3}\.\d+%\s+proc'd:.*\bFAULTY\b")
 # Words every failed check above needs (its verdict or its subject), tried before them with
 # ``in``: most lines the generic layer reads hold an error word and none of these. Each is a
 # substring of what one of the patterns requires ("ail" of [Ff]ail(ed); "heck" of [Cc]heck);
 # "health" is tried on the lowered text for the one pattern that ignores case.
-_CHECK_WORDS = ("Yes", "ERR", "Alarm", "Critical", "Warning", "Error", "FAIL", "WARN", "ail",
+_CHECK_WORDS = ("Yes", "ERR", "failure", "fi_getinfo", "Alarm", "Critical", "Warning", "Error", "FAIL", "WARN", "ail",
                 "Out of bounds", "FAULTY", "heck", "EVICT", "UNHEALTHY", "Unhealthy",
                 "Abnormal", "Fault")
 
@@ -130,6 +136,13 @@ def read_check(text: str, previous: str = "") -> FailedCheck | None:
         return FailedCheck("compute-sanitizer", f"{m.group('n')} errors", "error")
     if _GPU_BURN_RE.search(text):
         return FailedCheck("gpu-burn", "FAULTY", "error")
+    m = _NCCL_TESTS_FAILURE_RE.search(text)
+    if m is not None:
+        return FailedCheck("nccl-tests", clip(f"{m.group('lib')} failure: {m.group('what')}", 80),
+                           "error")
+    m = _FI_GETINFO_RE.match(text)
+    if m is not None:
+        return FailedCheck("fi_info", f"no provider (fi_getinfo {m.group('code')})", "error")
     return _health_check(text, previous)
 
 

@@ -116,14 +116,19 @@ STRONG_WORDS = (
     r"out of (?:host |device )?memory|\boom\b|cannot allocate memory|too many open files"
     r"|no space left|bus error|segmentation fault|core dumped|\bkilled\b|illegal (?:memory "
     r"access|instruction|address)|unrecoverable|uncorrectable|fallen off the bus|device lost"
-    r"|\bdeadlock|显存不足|内存不足|空间不足")
+    r"|\bdeadlock|resource exhausted|显存不足|内存不足|空间不足")
 # Records that report no failure: retries, deprecations, counters at zero, known start-up noise.
 BENIGN_WORDS = (
     r"\bwill (?:be )?retr(?:y|ied)\b|\bretrying\b|\bretry(?:ing)? (?:in|after|#?\d)"
     r"|\battempt \d{1,4}\s*(?:/|of)\s*\d|deprecat|\b(?:no|0|zero) (?:errors|failures)\b"
     r"|\b(?:errors?|failures?|failed)\s*[:=]\s*0\b|(?:can|may) (?:be )?(?:safely )?ignored"
     r"|\bsucce(?:ss|ssfully|eded)\b|unable to register cu(?:dnn|fft|blas) factory"
-    r"|delay kernel timed out|grpc_wait_for_shutdown|\bnot an error\b")
+    r"|delay kernel timed out|grpc_wait_for_shutdown|\bnot an error\b"
+    # a query the tool or device does not support (rocm-smi's RSMI_STATUS_NOT_SUPPORTED), a
+    # monitoring client without its library (its only loss is metrics), PMIx's shared-memory
+    # key store missing a key (documented noise of every job on some systems)
+    r"|not supported in the current environment|metrics (?:may|will) not be (?:reported|collected)"
+    r"|in file dstore_base\.c|due to job requeue")
 _EXIT_RE = re.compile(literal_first(EXIT_WORDS))
 _STRONG_RE = re.compile(literal_first(STRONG_WORDS))
 _BENIGN_RECORD_RE = re.compile(literal_first(BENIGN_WORDS))

@@ -117,8 +117,10 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # (torchelastic's agent: "Received Signals.SIGHUP death signal, shutting down workers",
         # its SignalException "Process 4242 got signal: 1"): kind ``signalled``, whatever the
         # signal
+        # (newer torch: "Received 1 death signal, shutting down workers")
         ("signalled", (r"\bReceived (?:Signals\.)?(?P<sig>SIG[A-Z]{2,6}) death signal"
-                       r"|\bSignalException: Process \d{1,10} got signal: (?P<num>\d{1,2})\b")),
+                       r"|\b(?:Received (?=\d{1,2} death signal)"
+                       r"|SignalException: Process \d{1,10} got signal: )(?P<num>\d{1,2})\b")),
         ("abort", (r"terminate called (?:after throwing an instance of '(?P<what>[^']{1,200})'"
                    r"|recursively|without an active exception)")),
         ("abort", (r"^(?:\*\*\* )?(?P<what>double free or corruption"
@@ -146,6 +148,11 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # "[host:pid] Signal: Segmentation fault (11)"
         ("signal", r"(?:^|\] )Signal: [A-Z][a-z]{2,20}(?: [a-z]{2,20}){0,3} \((?P<num>\d{1,2})\)$"),
         ("signal", r"received signal (?P<sig>SIG[A-Z]{2,6})(?:, terminating| \(\d+\))"),
+        # servers' and runtimes' own fatal-signal handlers: Triton's "Signal (11) received."
+        # (then its backtrace; "Signal (15) received." on a plain stop, not fatal) and UCX's
+        # "[host:pid:tid] Caught signal 11 (Segmentation fault: address not mapped ...)"
+        ("signal", r"^Signal \((?P<num>\d{1,2})\) received\.?\s*$"),
+        ("signal", r"\bCaught signal (?P<num>\d{1,2}) \((?:[A-Z][a-z]{2,20}(?: [a-z]{2,20}){0,3})"),
         ("signal", (r"\b(?:exit ?code|exitcode|return ?code|returncode|exit status|exit_code)"
                     r"\s*[:=]?\s*-(?P<num>\d{1,2})\b")),
         ("signal", (r"\b(?:exit(?:ed)? (?:with )?(?:error )?(?:code|status)|exitcode|return code"
@@ -156,7 +163,7 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # the MPI error handlers: Open MPI's "*** An error occurred in MPI_Init ...
         # MPI_ERRORS_ARE_FATAL", MPICH's "Abort(1234) on node 7 (rank 7 in comm 0): Fatal error"
         ("abort", (r"\*\*\* An error occurred in MPI_\w{1,40}|MPI_ERRORS_ARE_FATAL"
-                   r"|\bAbort\(\d{1,12}\) on node \d{1,7}")),
+                   r"|\bAbort\(-?\d{1,12}\) (?:on node \d{1,7}|\(rank \d{1,7} in comm)")),
         # the kernel's OOM killer (mm/oom_kill.c), cgroup or global
         ("signal", r"\bKilled process \d{1,10} \((?P<what>[^)]{1,40})\)"),
         # the kernel's report of a user process it signalled (arch/x86/mm/fault.c,
@@ -185,6 +192,8 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                   # Paddle's launch: "train job failed! train_ret: 1", and its report of the
                   # trainer it lost ("the trainer process with rank=[3] was aborted")
                   r"|\bfailed!? {1,3}\w{0,30}_ret(?:code)?\s*[:=]\s*(?P<st11>[1-9]\d{0,2})\b"
+                  # MindSpore's msrun: "Worker process 130673 exit with exception."
+                  r"|\bWorker process \d{1,10} exit with exception\b"
                   r"|\b(?:process|trainer|worker|task)e?s? (?:with )?rank ?=? ?\[?[\d, ]{1,200}\]?"
                   r" (?:was|were|has been|have been) aborted\b"
                   # docker compose's and supervisord's reports of a service's end

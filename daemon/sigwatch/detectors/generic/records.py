@@ -75,7 +75,9 @@ _GLOG_RE = re.compile(
     r"^(?:[^\s]{0,40}[\s\]:)]{1,2}){0,3}?\[?(?P<L>[IWEF])\d{3,4} \d\d:\d\d:\d\d+(?:\.\d+)?"
     r"(?:\s+\d+){0,2}\s+(?P<src>[^\s:\]]{1,160}):\d{1,6}\]\s?(?P<msg>.*)$")
 _TF_RE = re.compile(
-    r"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: |\s+)(?P<L>[IWEF]) (?P<src>[\w./-]{1,160}):\d{1,6}\]"
+    # (a launcher's rank tag may come first: "[1] 2019-06-13 01:17:08.886805: E ...")
+    r"^(?:\[\d{1,6}(?:,\d{1,6})?\] )?(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: |\s+)(?P<L>[IWEF]) "
+    r"(?P<src>[\w./-]{1,160}):\d{1,6}\]"
     r" ?(?P<msg>.*)$")
 _C10_RE = re.compile(r"^\[(?P<L>[IWEF]) (?P<src>[\w.]{1,80}):\d{1,6}\] ?(?P<msg>.*)$")
 _RAY_RE = re.compile(
@@ -302,14 +304,16 @@ VOCABULARY_WORDS: tuple[tuple[str, str], ...] = (
     ("collective", (
      r"nccl|rccl|hccl|\bhcl\b|gloo|\bmpi\b|mpi_|oneccl|\bccl\b|c10d|processgroup"
      r"|all_?reduce|all_?gather|reduce_?scatter|alltoall|collective|horovod|nvshmem|\bpml_"
-     r"|\bcoll_"
+     r"|\bcoll_|bkcl|\bxccl|\bccom\b"
      # Open MPI's runtime and launchers: ORTE, PRRTE (``PRTE ERROR``), PMIx, OPAL, mpirun
      r"|\borte\b|orte_|\bprte\b|prrte|\bpmix|\bopal_|\bompi|\bmpirun\b|mpiexec")),
     ("accelerator_runtime", (
      r"cuda|cudnn|cublas|nvrtc|nvml|nvidia|\bgpus?\b|\bhip\b|rocm|\bhsa\b|miopen|rocblas"
      r"|amdgpu|\bxla\b|\btpus?\b|pjrt|\bnpus?\b|ascend|aicore|aicpu|\bacl\b|\bcann\b"
      r"|level.zero|\bze_|sycl|\bxpu|habana|\bhpu|synapse|gaudi|tensorrt|\btrt\b"
-     r"|\bdevice\b|\becc\b|\bxid\b|\bdrv\b|\baclnn")),
+     r"|\bdevice\b|\becc\b|\bxid\b|\bdrv\b|\baclnn"
+     # AWS Neuron's runtime (nrt), Moore Threads (MUSA), Kunlun's XPU runtime
+     r"|\bnrt\b|nrt::|nrt_|\bnmgr\b|neuron|\bmusa|mtgpu|xpurt")),
 )
 _VOCABULARY = tuple((name, re.compile(literal_first(words)))
                     for name, words in VOCABULARY_WORDS)
