@@ -206,6 +206,29 @@ class TestHealthCheckers:
         assert [] == [d for d in generic_scan(line + "\n") if d.signature == CHECK]
 
 
+class TestFabricAndCollectiveTestTools:
+    """nccl-tests' (rccl-tests') own check of a call, and fi_info finding no provider."""
+
+    @pytest.mark.parametrize(("text", "tool"), [
+        ("e20a3f6a8c03: Test NCCL failure .../rccl-tests/build/src/hipify/common.cu.cpp:775 "
+         "'unhandled cuda error (run with NCCL_DEBUG=INFO for details)'\n", "nccl-tests"),
+        ("gpu-3: Test CUDA failure common.cu:891 'out of memory'\n", "nccl-tests"),
+        ("$ fi_info -p cxi\nfi_getinfo: -61 (No data available)\n", "fi_info"),
+    ], ids=["rccl-tests", "nccl-tests-cuda", "fi_info"])
+    def test_a_tool_reporting_its_check_failed(self, text: str, tool: str) -> None:
+        severity, captures, _owner = _check(text)
+
+        assert (Severity.ERROR, tool) == (severity, captures["tool"])
+
+    @pytest.mark.parametrize("line", [
+        "# Out of bounds values : 0 OK",
+        "fi_getinfo returned 0 providers? check with fi_info -l",
+        "provider: efa\n    fabric: efa\n    domain: rdmap0s6-rdm",
+    ])
+    def test_passing_output_is_quiet(self, line: str) -> None:
+        assert [] == loud(generic_scan(line + "\n"))
+
+
 class TestTheWordGate:
     """``match_check`` first asks for one of the words a failed check needs; the gate may only
     skip lines the patterns would not take (the per-chunk driver reads many lines with an error

@@ -202,7 +202,9 @@ def test_a_kernel_report_quoted_in_a_jobs_output_is_not_a_crash() -> None:
 PHRASE_EXAMPLES: list[tuple[str, ...]] = [
     ("W0828 22:53:47.001000 139822188226368 torch/distributed/elastic/agent/server/api.py:688]"
      " Received Signals.SIGHUP death signal, shutting down workers",
-     "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15"),
+     "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15",
+     "W1221 17:13:59.240000 46660 torch/distributed/elastic/agent/server/api.py:704] Received 1 "
+     "death signal, shutting down workers"),
     ("terminate called after throwing an instance of 'c10::Error'",
      "terminate called recursively"),
     ("double free or corruption (out)", "free(): invalid pointer",
@@ -223,6 +225,9 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
     ("process 12 died with <Signals.SIGKILL: 9>",),
     ("[dsw-5fd5c64bc4-m25b4:02519] Signal: Segmentation fault (11)", "Signal: Aborted (6)"),
     ("2024-05-01 12:00:00 received signal SIGSEGV, terminating",),
+    ("Signal (11) received.",),
+    ("[inference-service-benchmark-645b5f89bb-n7mrp:6939 :0:10213] Caught signal 11 "
+     "(Segmentation fault: address not mapped to object at address (nil))",),
     ("exitcode  : -9 (pid: 1234)", "returncode=-11"),
     ("Process exited with exit code 137", "return code 134",
      "Job exited with error code 137"),
@@ -230,7 +235,10 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
     ("MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",),
     ("*** An error occurred in MPI_Init_thread",
      "MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,",
-     "Abort(1091215) on node 7 (rank 7 in comm 0): Fatal error in PMPI_Init_thread"),
+     "Abort(1091215) on node 7 (rank 7 in comm 0): Fatal error in PMPI_Init_thread",
+     "MPICH ERROR [Rank 0] [job id 410301.1] [Thu Feb 13 12:42:18 2025] [nid005414] - Abort(-1) "
+     "(rank 0 in comm 0): MPIDI_CRAY_init: GPU_SUPPORT_ENABLED is requested, but GTL library "
+     "is not linked"),
     ("Out of memory: Killed process 4242 (python) total-vm:88123456kB, anon-rss:7123456kB",),
     ("python[4242]: segfault at 0 ip 00007f3a1c2b3d4e sp 00007ffd8a7b6c50 error 4 in libc.so",),
     ("traps: python[4242] general protection fault ip:7f3a1c2b3d4e sp:7ffd8a7b6c50 error:0",
@@ -252,6 +260,8 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
      "srun: error: gpu-07: tasks 0-3: Exited with exit code 2",
      "=   EXIT CODE: 9",
      "[INFO]: train job failed! train_ret: 1",
+     "[ERROR] ME(130371:281473296949264,MainProcess):2024-12-26-14:22:26.839.923 [mindspore/"
+     "parallel/cluster/process_entity/_api.py:268] Worker process 130673 exit with exception.",
      "ERROR 2021-05-24 17:17:14,611 launch_utils.py:545] ABORT!!! Out of all 4 trainers, the "
      "trainer process with rank=[3] was aborted. Please check its log.",
      "trainer-1 exited with code 1",
@@ -564,3 +574,50 @@ class TestANativeExceptionThrown:
 
     def test_a_mention_of_the_words_is_not_one(self) -> None:
         assert [] == loud(generic_scan("Exception raised from a worker, see above\n"))
+
+
+class TestSignalHandlersOfServersAndRuntimes:
+    """Triton's and UCX's own handlers print the signal they caught: a fatal one is a crash
+    naming it; Triton's ``Signal (15) received.`` is a plain stop, information only."""
+
+    @pytest.mark.parametrize(("line", "signal"), [
+        ("Signal (11) received.", "SIGSEGV"),
+        ("[inference-service:6939 :0:10213] Caught signal 11 (Segmentation fault: address not "
+         "mapped to object at address (nil))", "SIGSEGV"),
+        ("[node-3:4242:0:4250] Caught signal 7 (Bus error: nonexistent physical address)",
+         "SIGBUS"),
+    ], ids=["triton", "ucx-segv", "ucx-bus"])
+    def test_a_fatal_signal_caught_by_a_handler_is_a_crash(self, line: str, signal: str) -> None:
+        assert signal == _crash(line + "\n")["signal"]
+
+    def test_a_stop_signal_caught_by_triton_is_not_a_crash(self) -> None:
+        assert [] == loud(generic_scan("Signal (15) received.\n"))
+
+    @pytest.mark.parametrize("line", [
+        "We caught signal 11 (Segmentation fault) in the old build, see #42",
+        "Signal (11) received. was the last line before the fix",
+    ])
+    def test_prose_about_a_caught_signal_is_quiet(self, line: str) -> None:
+        assert [] == loud(generic_scan(line + "\n"))
+
+    def test_the_launcher_s_numeric_death_signal_is_named(self) -> None:
+        """Newer torchelastic prints the number: ``Received 1 death signal``."""
+        d = only(generic_scan(
+            "W1221 17:13:59.240000 46660 torch/distributed/elastic/agent/server/api.py:704] "
+            "Received 1 death signal, shutting down workers\n"), CRASH)
+        assert {"kind": "signalled", "signal": "SIGHUP"} == dict(d.captures)
+
+    def test_mpich_abort_in_a_communicator_is_an_abort(self) -> None:
+        d = only(generic_scan(
+            "MPICH ERROR [Rank 0] [job id 410301.1] [Thu Feb 13 12:42:18 2025] [nid005414] - "
+            "Abort(-1) (rank 0 in comm 0): MPIDI_CRAY_init: GPU_SUPPORT_ENABLED is requested, but "
+            "GTL library is not linked\n"), CRASH)
+        assert "abort" == dict(d.captures)["kind"]
+
+    def test_msrun_reporting_a_worker_that_exited_with_an_exception(self) -> None:
+        d = only(generic_scan(
+            "[ERROR] ME(130371:281473296949264,MainProcess):2024-12-26-14:22:26.839.923 "
+            "[mindspore/parallel/cluster/process_entity/_api.py:268] Worker process 130673 exit "
+            "with exception.\n"), CRASH)
+        assert Severity.WARNING == d.severity
+        assert "exit" == dict(d.captures)["kind"]

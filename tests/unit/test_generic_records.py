@@ -61,6 +61,9 @@ class TestFormats:
          "component=device-plugin", "logfmt", "error"),
         ('{"level":"fatal","ts":1714557600.1,"msg":"cannot open /dev/nvidiactl"}', "json",
          "fatal"),
+        ("[1] 2019-06-13 01:17:08.886805: E external/org_tensorflow/tensorflow/compiler/xla/"
+         "python/local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out",
+         "glog", "error"),
         ("srun: error: node17: task 3: Exited with exit code 1", "program", "error"),
         ('docker: Error response from daemon: could not select device driver "" with '
          "capabilities: [[gpu]].", "program", "error"),
@@ -99,6 +102,10 @@ class TestComponents:
         ("ERROR:x:all_reduce timed out in ProcessGroupNCCL", "collective"),
         ("ERROR:x:CUDA driver returned an error initialising the device", "accelerator_runtime"),
         ("[ERROR] HCCL(1234,python):2024-01-01-12:00:00.123.456 [op.cc:1] notify wait failed",
+         "collective"),
+        ("2021-Nov-01 06:02:18.0992 13660:14125 ERROR  NMGR:dlr_infer  Inference completed "
+         "with err: 1004", "accelerator_runtime"),
+        ("[ERR][BKCL][init.cpp:1485] BKCL dont support send to one peer multi times in one group",
          "collective"),
         ("ERROR:x:the config file is malformed", "other"),
     ], ids=lambda v: v[:30])
@@ -164,6 +171,7 @@ class TestSeverityRules:
         "ERROR:app:worker ran out of memory while decoding",
         "2024-05-01 10:00:00 - w - ERROR - Error running aggregate: [Errno 24] Too many open "
         "files",
+        "ERROR:runner:Execution of replica 0 failed: Resource exhausted: Out",
     ], ids=lambda v: v[:30])
     def test_an_exit_or_exhausted_resource_makes_an_unknown_component_a_warning(
             self, line: str) -> None:
@@ -180,6 +188,12 @@ class TestSeverityRules:
         "2025-11-30 03:28:12.788229: E external/local_xla/xla/stream_executor/cuda/"
         "cuda_dnn.cc:8454] Unable to register cuDNN factory: Attempting to register factory "
         "for plugin cuDNN when one has already been registered",
+        "ERROR: 2 GPU[0]: ras: RSMI_STATUS_NOT_SUPPORTED: This function is not supported in the "
+        "current environment.",
+        "NVML Error: NVML Shared Library Not Found - GPU usage metrics may not be reported.",
+        "PMIX ERROR: PMIX_ERR_NOT_FOUND in file dstore_base.c at line 1567",
+        "slurmstepd: error: *** JOB 31182239 ON sh-06-34 CANCELLED AT 2018-11-05T10:35:06 DUE "
+        "TO JOB REQUEUE ***",
     ], ids=lambda v: v[:30])
     def test_retries_counters_deprecations_and_known_noise_are_quiet(self, line: str) -> None:
         """Records that report no failure make no detection at all."""

@@ -686,6 +686,41 @@ class TestLossScaleCollapseUnderWay:
 
         assert [] == driver.detections
 
+    def test_eight_halvings_from_below_the_search_are_a_collapse_without_a_step(self) -> None:
+        """apex between epochs prints no step: from 512 down to 2, eight halvings in a row
+        from below any start-up search's 2^15: one warning, at the eighth."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = ["Epoch: 15"]
+        scale = 256.0
+        while scale >= 2.0:
+            lines.append("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale "
+                         f"to {scale}")
+            scale /= 2
+
+        driver.feed_lines(stream, lines)
+
+        found = _only(driver.detections, "training_loss_scale_collapse")
+        assert 1 == len(found), [d.about for d in driver.detections]
+        assert "8" == _facts(found[0])["halvings"]
+
+    def test_seven_halvings_from_below_the_search_without_a_step_raise_nothing(self) -> None:
+        """The same from 256 to 4 (seven): a search caught mid-way could look like this."""
+        clock = FakeClock()
+        driver = _driver(clock)
+        stream = driver.open()
+        lines = []
+        scale = 256.0
+        while scale >= 4.0:
+            lines.append("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale "
+                         f"to {scale}")
+            scale /= 2
+
+        driver.feed_lines(stream, lines)
+
+        assert [] == driver.detections
+
     def test_a_fresh_search_of_a_resumed_job_raises_nothing(self) -> None:
         """Training under way (step 5000), then a resumed job whose scaler starts again at
         2^16 and halves 7 times: a start-up search, nothing."""

@@ -2613,6 +2613,13 @@ class BadNumbersDetector(_Base):
         return self._take(info, self._state(info, line.rank), rec, event.replaying,
                           lambda: line)
 
+    def _stream_under_way(self, info: StreamInfo) -> bool:
+        """True when a rank of this stream showed training under way: its own halvings are
+        then judged by the position rule (a second logger's copy of them, under another
+        rank tag, must not fire again by depth)."""
+        prefix = f"{info.key}\x1f"
+        return any(s.under_way for k, s in self._series.items() if k.startswith(prefix))
+
     def _state(self, info: StreamInfo, rank: str | None) -> _Numbers:
         key = f"{info.key}\x1f{rank or '-'}\x1fnumbers"  # one state per stream and rank
         st = self._series.get(key)
@@ -2891,7 +2898,8 @@ class BadNumbersDetector(_Base):
         by_settled = settled and st.halvings >= self.halvings
         below_search = st.run_from is not None and st.run_from < SEARCH_FLOOR
         by_position = below_search and (
-            (st.under_way and st.run_all >= self.halvings) or st.run_all >= DEEP_RUN)
+            (st.under_way and st.run_all >= self.halvings)
+            or (st.run_all >= DEEP_RUN and not self._stream_under_way(info)))
         if st.collapse_fired or not (by_settled or by_position):
             return None
         st.collapse_fired = True

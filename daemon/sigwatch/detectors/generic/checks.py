@@ -92,8 +92,8 @@ _GPU_BURN_RE = re.compile(r"\bGPU \d{1,3}: FAULTY\b|^\s*\d{1,3}\.\d+%\s+proc'd:.
 # ``in``: most lines the generic layer reads hold an error word and none of these. Each is a
 # substring of what one of the patterns requires ("ail" of [Ff]ail(ed); "heck" of [Cc]heck);
 # "health" is tried on the lowered text for the one pattern that ignores case.
-_CHECK_WORDS = ("Yes", "ERR", "failure", "fi_getinfo", "Alarm", "Critical", "Warning", "Error", "FAIL", "WARN", "ail",
-                "Out of bounds", "FAULTY", "heck", "EVICT", "UNHEALTHY", "Unhealthy",
+_CHECK_WORDS = ("Yes", "ERR", "fi_getinfo", "Alarm", "Critical", "Warning", "Error", "FAIL",
+                "WARN", "ail", "Out of bounds", "FAULTY", "heck", "EVICT", "UNHEALTHY", "Unhealthy",
                 "Abnormal", "Fault")
 
 
