@@ -202,6 +202,26 @@ class TestRankFacts:
         assert node.gauge("sigwatch_job_rank_last_progress_seconds", job="job-a",
                           rank="2") is not None
 
+    def test_progress_the_whole_chunk_pass_reads_reaches_the_book(self, node: FleetNode) -> None:
+        """Megatron's full iteration line is read by the progress prepass (not line by line):
+        the book gets its figures all the same, the last step and its step time, and the
+        last per-line record when it comes after (a shorter line the prepass does not take)."""
+        h = node.open("/training/job-a/rank3.log")
+        full = (" [2024-06-02 23:13:26] iteration {step}/  500000 | consumed samples:  2048 | "
+                "elapsed time per iteration (ms): {ms} | learning rate: 2.757402E-04 | global "
+                "batch size:  1024 | lm loss: 6.477215E+00 | loss scale: 1.0 | grad norm: 0.563 |"
+                " number of skipped iterations:   0 | number of nan iterations:   0 |")
+        node.write(h, full.format(step=7, ms="3930.2"), full.format(step=8, ms="2219.0"))
+
+        assert 8 == node.gauge("sigwatch_job_rank_step", job="job-a", rank="3")
+        assert 2.219 == node.gauge("sigwatch_job_rank_step_seconds", job="job-a", rank="3")
+
+        node.write(h, full.format(step=9, ms="2000.0"), STEP.format(step=10, ms=1500.0),
+                   full.format(step=11, ms="1800.0"), STEP.format(step=12, ms=1700.0))
+
+        assert 12 == node.gauge("sigwatch_job_rank_step", job="job-a", rank="3")
+        assert 1.7 == node.gauge("sigwatch_job_rank_step_seconds", job="job-a", rank="3")
+
     def test_streams_without_a_job_give_no_job_gauges(self, node: FleetNode) -> None:
         h = node.open("/somewhere/else.log")
         node.write(h, STEP.format(step=1, ms=800.0), TIMEOUT.format(r=0))

@@ -37,8 +37,10 @@ value, e.g. ``last completed NCCL work: 76280750235782912``) and is dropped.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from sigwatch.clock import Clock
 from sigwatch.detectors.base import Chunk, LineEvent, StreamContext
@@ -105,6 +107,41 @@ def _completed(seqs: dict[str, int], done: int) -> None:
         seqs["last_completed"] = done
 
 
+_Clocked = Callable[[], float | None]
+
+
+def _time_at(chunk: Chunk, start: int, part: int) -> float | None:
+    """The log's own time of a part of a line the prepass read (its line made on demand)."""
+    return chunk.time(chunk.line_at(start, numbered=False), part)
+
+
+class _Facts:
+    """A chunk's progress records, per rank, folded as the book would take them one by one:
+    the last step, the last step time, the time of the last record with either (records of
+    the per-line parse and of the prepass's columns come in any order; their place in the
+    chunk decides)."""
+
+    __slots__ = ("_by_rank",)
+
+    def __init__(self) -> None:
+        # rank -> (place of the last step, step), (place, seconds), (place, its time)
+        self._by_rank: dict[str | None, list[tuple[tuple[int, int], Any]]] = {}
+
+    def add(self, place: tuple[int, int], rank: str | None, step: int | None,
+            seconds: float | None, at: _Clocked) -> None:
+        if step is None and seconds is None:
+            return
+        got = self._by_rank.get(rank)
+        if got is None:
+            got = self._by_rank[rank] = [((-1, -1), None), ((-1, -1), None), ((-1, -1), None)]
+        for slot, value in ((0, step), (1, seconds), (2, at)):
+            if value is not None and place > got[slot][0]:
+                got[slot] = (place, value)
+
+    def final(self) -> dict[str | None, tuple[int | None, float | None, _Clocked]]:
+        return {rank: (got[0][1], got[1][1], got[2][1]) for rank, got in self._by_rank.items()}
+
+
 class RankFactsDetector:
     """Watchdog figures and progress of every rank of every active job, into the book."""
 
@@ -121,6 +158,13 @@ class RankFactsDetector:
     def interests(self) -> tuple[re.Pattern[bytes], ...]:
         return self._interests
 
+    @property
+    def prepass(self) -> ProgressReader | None:
+        """The reader's whole-chunk pass: the progress lines it reads are taken from its
+        columns, so the pipeline need not search them for the progress words (a detector
+        without it would make every progress line selected, for every detector)."""
+        return self.reader.prepass
+
     # -- per chunk -----------------------------------------------------------------------------
 
     def on_chunk(self, chunk: Chunk, mask: int) -> Sequence[Detection]:
@@ -131,6 +175,7 @@ class RankFactsDetector:
         watchdog = chunk.mask((INTEREST,))
         progress = chunk.mask((self.reader.interest,))
         now = self.clock.time()
+        facts = _Facts()
         for line in chunk.select(mask):
             wanted = line.interests & mask
             if not wanted:
@@ -142,11 +187,20 @@ class RankFactsDetector:
                     if report is not None:
                         self._record(job, rank, report, chunk.time(line, k), now)
                         continue
-                if wanted & progress:
+                if wanted & progress and not line.covered:  # covered: in the prepass's columns
                     found = self.reader.read_part(chunk, line, k, part.text)
                     if found is not None and not found.eval:
-                        self._progress(job, rank, found.step, found.step_time,
-                                       chunk.time(line, k), now)
+                        facts.add((line.start, k), rank, found.step, found.step_time,
+                                  partial(chunk.time, line, k))
+        bulk = self.reader.bulk_of(chunk)
+        for shape in bulk.shapes if bulk is not None else ():
+            for i in range(len(shape)):
+                start, k = shape.key(i)
+                rank = shape.ranks[i]
+                facts.add((start, k), rank if rank is not None else info.rank, shape.steps[i],
+                          shape.step_times[i], partial(_time_at, chunk, start, k))
+        for rank, (step, seconds, at) in facts.final().items():
+            self._progress(job, rank, step, seconds, at(), now)
         return ()
 
     # -- per line (the reference path) ---------------------------------------------------------
