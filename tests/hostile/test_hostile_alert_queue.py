@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Rig, write_lines
 from support.daemon import wait_for
+from support.hostile import Rig, write_lines
 from support.servers import Alertmanager, WebhookReceiver, alertmanager_config
 
 pytestmark = pytest.mark.integration

@@ -20,10 +20,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import Rig, dup, write_lines
 from harness import Harness, Writer, duplicates
 from support.daemon import wait_for
 from support.debian import require
+from support.hostile import Rig, dup, write_lines
 
 from sigwatch.sources.files import TailOptions
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Rig, dup, events_json_errors, write_lines
 from support.daemon import wait_for
+from support.hostile import Rig, dup, events_json_errors, write_lines
 
 pytestmark = pytest.mark.integration
 

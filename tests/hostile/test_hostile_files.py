@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Rig, cpu_seconds, dup, write_lines
+from support.hostile import Rig, cpu_seconds, dup, write_lines
 
 pytestmark = pytest.mark.integration
 

@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import Rig, dup, write_lines
 from harness import Harness, Writer, duplicates
 from support.daemon import wait_for
+from support.hostile import Rig, dup, write_lines
 
 pytestmark = pytest.mark.integration
 

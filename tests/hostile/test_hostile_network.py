@@ -24,8 +24,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 
 import pytest
-from conftest import Rig
 from support.daemon import wait_for
+from support.hostile import Rig
 
 from sigwatch.web.auth import hash_password
 

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Rig, dup, write_lines
 from harness import HOSTILE_SIGNATURE
 from support.daemon import wait_for
+from support.hostile import Rig, dup, write_lines
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Rig, Running, write_lines
 from support.daemon import free_port, wait_for
+from support.hostile import Rig, Running, write_lines
 
 pytestmark = pytest.mark.integration
 
