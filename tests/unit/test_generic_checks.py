@@ -220,6 +220,16 @@ class TestFabricAndCollectiveTestTools:
 
         assert (Severity.ERROR, tool) == (severity, captures["tool"])
 
+    def test_an_inactive_nvlink_is_a_warning(self) -> None:
+        """``nvidia-smi nvlink -s`` on an NVLink GPU: a link down is a degraded node."""
+        severity, captures, _owner = _check(text_of('''
+                GPU 3: Tesla V100-SXM2-32GB (UUID: GPU-1)
+                         Link 0: 25.781 GB/s
+                         Link 3: <inactive>
+            '''))
+
+        assert (Severity.WARNING, "NVLink 3 inactive") == (severity, captures["check"])
+
     @pytest.mark.parametrize("line", [
         "# Out of bounds values : 0 OK",
         "fi_getinfo returned 0 providers? check with fi_info -l",

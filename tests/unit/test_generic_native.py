@@ -260,6 +260,7 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
      "srun: error: gpu-07: tasks 0-3: Exited with exit code 2",
      "=   EXIT CODE: 9",
      "[INFO]: train job failed! train_ret: 1",
+     "container failed with non-zero exit code: 1 (exit code 1)",
      "[ERROR] ME(130371:281473296949264,MainProcess):2024-12-26-14:22:26.839.923 [mindspore/"
      "parallel/cluster/process_entity/_api.py:268] Worker process 130673 exit with exception.",
      "ERROR 2021-05-24 17:17:14,611 launch_utils.py:545] ABORT!!! Out of all 4 trainers, the "
@@ -394,6 +395,9 @@ class TestLaunchersReportingAFailureStatus:
         ("=   EXIT CODE: 9", "9"),
         ("trainer-1 exited with code 3", "3"),
         ("2024-05-01 12:00:00,000 INFO exited: trainer (exit status 2; not expected)", "2"),
+        ("[2021-04-28T01:55:38Z] e54b4385 || INFO: container failed with non-zero exit code: "
+         "container failed with non-zero exit code: 1 (exit code 1)", "1"),
+        ("[2022-06-09T09:22:31.405197Z] 8de2ca81 ||   exitcode  : 1 (pid: 36)", "1"),
     ], ids=lambda v: v[:40])
     def test_a_failure_status_is_a_warning_naming_it(self, line: str, status: str) -> None:
         d = only(generic_scan(line + "\n"), CRASH)
@@ -621,3 +625,13 @@ class TestSignalHandlersOfServersAndRuntimes:
             "with exception.\n"), CRASH)
         assert Severity.WARNING == d.severity
         assert "exit" == dict(d.captures)["kind"]
+
+    def test_an_assertion_whose_condition_holds_backticks(self) -> None:
+        """``Assertion `... `inf` ...` failed.``: the condition ends at the last backtick."""
+        assert "check" == dict(only(generic_scan(
+            "/pytorch/aten/src/ATen/native/cuda/TensorCompare.cu:110: _assert_async_cuda_kernel: "
+            "block: [0,0,0], thread: [0,0,0] Assertion `probability tensor contains either `inf`, "
+            "`nan` or element < 0` failed.\n"), CRASH).captures)["kind"]
+
+    def test_the_shell_s_report_with_trailing_blanks(self) -> None:
+        assert "SIGABRT" == _crash("Aborted (core dumped) \n")["signal"]

@@ -65,6 +65,8 @@ class TestFormats:
          "python/local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out",
          "glog", "error"),
         ("srun: error: node17: task 3: Exited with exit code 1", "program", "error"),
+        ("[2019-09-24T10:10:06.901] [321.0] error: spank: required plugin spank_pyxis.so: "
+         "init_post_opt() failed with rc=-1", "slurm", "error"),
         ('docker: Error response from daemon: could not select device driver "" with '
          "capabilities: [[gpu]].", "program", "error"),
         ("MIOpen(HIP): Error [BuildOcl] comgr status = INVALID_ARGUMENT (2)", "component",

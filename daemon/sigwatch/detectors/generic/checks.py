@@ -85,6 +85,8 @@ _HEALTH_LABEL_RE = re.compile(
 # common.cu:775 'unhandled cuda error ...'" (also "Test CUDA failure", "Test HIP failure").
 _NCCL_TESTS_FAILURE_RE = re.compile(
     r"\bTest (?P<lib>NCCL|RCCL|CUDA|HIP) failure \S{1,300}:\d{1,6} '(?P<what>[^']{1,200})")
+# ``nvidia-smi nvlink -s``: a link of an NVLink GPU that is down ("Link 3: <inactive>").
+_NVLINK_INACTIVE_RE = re.compile(r"^\s*Link (?P<link>\d{1,2}): <inactive>\s*$")
 # fi_info (libfabric) finding no usable provider: "fi_getinfo: -61 (No data available)".
 _FI_GETINFO_RE = re.compile(r"^fi_getinfo: (?P<code>-\d{1,4})\b")
 _GPU_BURN_RE = re.compile(r"\bGPU \d{1,3}: FAULTY\b|^\s*\d{1,3}\.\d+%\s+proc'd:.*\bFAULTY\b")
@@ -92,9 +94,9 @@ _GPU_BURN_RE = re.compile(r"\bGPU \d{1,3}: FAULTY\b|^\s*\d{1,3}\.\d+%\s+proc'd:.
 # ``in``: most lines the generic layer reads hold an error word and none of these. Each is a
 # substring of what one of the patterns requires ("ail" of [Ff]ail(ed); "heck" of [Cc]heck);
 # "health" is tried on the lowered text for the one pattern that ignores case.
-_CHECK_WORDS = ("Yes", "ERR", "fi_getinfo", "Alarm", "Critical", "Warning", "Error", "FAIL",
-                "WARN", "ail", "Out of bounds", "FAULTY", "heck", "EVICT", "UNHEALTHY", "Unhealthy",
-                "Abnormal", "Fault")
+_CHECK_WORDS = ("Yes", "ERR", "fi_getinfo", "<inactive>", "Alarm", "Critical", "Warning",
+                "Error", "FAIL", "WARN", "ail", "Out of bounds", "FAULTY", "heck", "EVICT",
+                "UNHEALTHY", "Unhealthy", "Abnormal", "Fault")
 
 
 def match_check(text: str, previous: str = "") -> FailedCheck | None:
@@ -140,6 +142,9 @@ def read_check(text: str, previous: str = "") -> FailedCheck | None:
     if m is not None:
         return FailedCheck("nccl-tests", clip(f"{m.group('lib')} failure: {m.group('what')}", 80),
                            "error")
+    m = _NVLINK_INACTIVE_RE.match(text)
+    if m is not None:
+        return FailedCheck("nvidia-smi", f"NVLink {m.group('link')} inactive", "warning")
     m = _FI_GETINFO_RE.match(text)
     if m is not None:
         return FailedCheck("fi_info", f"no provider (fi_getinfo {m.group('code')})", "error")

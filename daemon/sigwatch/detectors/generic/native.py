@@ -103,7 +103,7 @@ _SHELL_RE = re.compile(
     r"(?:(?P<at>\S{1,200}: (?:line|行) \d{1,7}: *\d{1,10} +)"
     r"|(?:\S{1,200}: (?:line|行) \d{1,7}: *)?(?:\d{1,10} +)?)"
     + _SHELL_WORD + r"(?P<core> {0,40}\((?:core dumped|核心已转储)\))?"
-    r"(?:(?(at)[ \t]+|(?: {2,}|\t))\S.{0,4000})?$"
+    r"(?:(?(at)[ \t]+|(?: {2,}|\t))\S.{0,4000})?[ \t]*$"
     # zsh: "zsh: segmentation fault (core dumped)  python x.py", "[1]  1234 killed  python"
     r"|^(?:zsh: |\[\d{1,4}\] +\d{1,10} )" + _ZSH_WORD + r"(?: \(core dumped\))? +\S")
 # The shell's report glued to the end of a progress bar (tqdm's ``n/N [elapsed<left, rate]``)
@@ -134,7 +134,7 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("check", r"\*\*\* Check failure stack trace: \*\*\*"),
         ("check", r"(?:^|[\]:] )(?:CHECK|Check) failed: (?P<what>\S.{0,200})"),
         # glibc's __assert_fail (and CUDA's device-side assert, which prints the same way)
-        ("check", r"Assertion [`'](?P<what>.{1,200})' failed\.?\s*$"),
+        ("check", r"Assertion [`'](?P<what>.{1,200})[`'] failed\.?\s*$"),
         # gdb (``Program received signal``, ``Thread 1 "python" received signal``) and lldb
         ("signal", (r"(?:Program|Thread \d{1,6}(?: \"[^\"]{0,60}\")?) received signal "
                     r"(?P<sig>SIG[A-Z]{2,6})|stop reason = signal (?P<sig2>SIG[A-Z]{2,6})")),
@@ -181,7 +181,9 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("exit", r"\bCrashLoopBackOff\b|Back-off restarting failed container"),
         # a launcher's report of a child that ended with a failure status (its own words)
         ("exit", (r"failed \(exitcode: ?(?P<st1>[1-9]\d{0,2})\)"
-                  r"|^\s*exitcode\s*: (?P<st2>[1-9]\d{0,2}) \(pid"
+                  r"|(?:^|\|\|)\s*exitcode\s*: (?P<st2>[1-9]\d{0,2}) \(pid"
+                  # an orchestrator's report of a container (Determined, Kubeflow)
+                  r"|\bfailed with (?:a )?non-zero exit (?:code|status):? (?P<st12>[1-9]\d{0,2})\b"
                   r"|exits with return code = (?P<st3>[1-9]\d{0,2})\b"
                   r"|Process \d{1,7} exit with status code (?P<st4>[1-9]\d{0,2})\b"
                   r"|Container rank \d{1,7} status failed cmd \[.{0,4000}?\] code "

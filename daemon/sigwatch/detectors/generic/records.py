@@ -138,6 +138,11 @@ _STATEMENT_RE = re.compile(
 # Open MPI's, PRRTE's and PMIx's error macros (``ORTE_ERROR_LOG``, ``OPAL_ERROR_LOG``): ``[host:pid]
 # [[jobid,0],0] ORTE_ERROR_LOG: Not found in file base/plm_base_launch_support.c at line 1234``
 # (``PRTE_ERROR_LOG`` and ``PMIX_ERROR_LOG`` print ``PRTE ERROR: ...``, read as a header).
+# Slurm's daemons (slurmd, slurmstepd, slurmctld): "[2019-09-24T10:10:06.901] [321.0] error: pyxis:
+# couldn't mkdir /run/pyxis/100005" (lowercase levels after the stamp and the job step).
+_SLURM_RE = re.compile(
+    r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?\](?: \[[\w.]{1,40}\])? "
+    r"(?P<L>error|fatal|debug\d?|verbose|info): (?P<msg>\S.*)$")
 _MPI_ERROR_LOG_RE = re.compile(
     r"(?:^|[\s\]])(?P<src>ORTE|OPAL|PRTE|PMIX|OMPI)_ERROR_LOG:\s*(?P<msg>.*)$")
 _LOGFMT_RE = re.compile(
@@ -219,6 +224,9 @@ def _parse(text: str) -> Record | None:
                 src = m.group("src") or ""
                 return Record(_level(m.group("L")), form, src, m.group("msg").strip())
     if head == "[":
+        m = _SLURM_RE.match(text)
+        if m is not None:
+            return Record(_level(m.group("L")), "slurm", "slurm", m.group("msg").strip())
         m = _CANN_RE.match(text)
         if m is not None:
             return Record(_level(m.group("L")), "cann", m.group("src"), m.group("msg").strip())
