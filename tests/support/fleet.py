@@ -17,6 +17,7 @@ from sigwatch.detectors.folding import Folder
 from sigwatch.detectors.jobs import JobBook, JobLimits
 from sigwatch.detectors.ranks import RankFactsDetector
 from sigwatch.detectors.training import ProgressReader
+from sigwatch.framing.lines import Segment
 from sigwatch.framing.records import one_line
 from sigwatch.model import Detection, StreamInfo
 from sigwatch.patterns.loader import load_patterns
@@ -147,6 +148,13 @@ class FleetNode:
             self._offsets[handle] = start + len(data) + 1
             segments.append(one_line(data, start, start + len(data) + 1, time))
         return self.pipeline.process(handle, segments)
+
+    def write_block(self, handle: int, *lines: str) -> list[Detection]:
+        """Whole lines as one segment, as a file read hands them over (one chunk)."""
+        data = "".join(f"{text}\n" for text in lines).encode()
+        start = self._offsets[handle]
+        self._offsets[handle] = start + len(data)
+        return self.pipeline.process(handle, [Segment(data, start, start + len(data))])
 
     def close(self, handle: int) -> list[Detection]:
         return self.pipeline.finish(handle)

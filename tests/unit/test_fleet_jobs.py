@@ -222,6 +222,23 @@ class TestRankFacts:
         assert 12 == node.gauge("sigwatch_job_rank_step", job="job-a", rank="3")
         assert 1.7 == node.gauge("sigwatch_job_rank_step_seconds", job="job-a", rank="3")
 
+    def test_the_last_of_many_prepass_records_in_one_chunk_wins(self, node: FleetNode) -> None:
+        """Several ranks' full iteration lines in one read: each rank's gauges are its last
+        line's, the per-line records between them taken in their place."""
+        h = node.open("/training/job-a/rank0.log")
+        full = ("[rank{r}]: [2024-06-02 23:13:26] iteration {step}/  500000 | consumed samples:  "
+                "2048 | elapsed time per iteration (ms): {ms} | learning rate: 2.757402E-04 | "
+                "global batch size:  1024 | lm loss: 6.477215E+00 | loss scale: 1.0 | grad norm:"
+                " 0.563 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+        node.write_block(h, *(full.format(r=r, step=step, ms=f"{1000 + 10 * step + r}.0")
+                              for step in range(20, 26) for r in (0, 1)),
+                         "[rank1]: " + STEP.format(step=26, ms=1700.0))
+
+        assert 25 == node.gauge("sigwatch_job_rank_step", job="job-a", rank="0")
+        assert 1.25 == node.gauge("sigwatch_job_rank_step_seconds", job="job-a", rank="0")
+        assert 26 == node.gauge("sigwatch_job_rank_step", job="job-a", rank="1")
+        assert 1.7 == node.gauge("sigwatch_job_rank_step_seconds", job="job-a", rank="1")
+
     def test_streams_without_a_job_give_no_job_gauges(self, node: FleetNode) -> None:
         h = node.open("/somewhere/else.log")
         node.write(h, STEP.format(step=1, ms=800.0), TIMEOUT.format(r=0))

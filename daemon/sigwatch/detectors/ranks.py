@@ -37,14 +37,14 @@ value, e.g. ``last completed NCCL work: 76280750235782912``) and is dropped.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from sigwatch.clock import Clock
 from sigwatch.detectors.base import Chunk, LineEvent, StreamContext
 from sigwatch.detectors.jobs import JobBook
+from sigwatch.detectors.progress import Shape
 from sigwatch.detectors.training import ProgressReader
 from sigwatch.model import Detection
 
@@ -107,38 +107,58 @@ def _completed(seqs: dict[str, int], done: int) -> None:
         seqs["last_completed"] = done
 
 
-_Clocked = Callable[[], float | None]
-
-
-def _time_at(chunk: Chunk, start: int, part: int) -> float | None:
-    """The log's own time of a part of a line the prepass read (its line made on demand)."""
-    return chunk.time(chunk.line_at(start, numbered=False), part)
+def _time_at(chunk: Chunk, place: tuple[int, int]) -> float | None:
+    """The log's own time of a part of a line (its line made on demand: the prepass's lines
+    were never selected)."""
+    return chunk.time(chunk.line_at(place[0], numbered=False), place[1])
 
 
 class _Facts:
     """A chunk's progress records, per rank, folded as the book would take them one by one:
-    the last step, the last step time, the time of the last record with either (records of
-    the per-line parse and of the prepass's columns come in any order; their place in the
-    chunk decides)."""
+    the last step, the last step time, and where the last record with either was (its time
+    is read from there once, at the end). Records of the per-line parse and of the prepass's
+    columns come in any order: their place in the chunk decides."""
 
     __slots__ = ("_by_rank",)
 
     def __init__(self) -> None:
-        # rank -> (place of the last step, step), (place, seconds), (place, its time)
+        # rank -> (place of the last step, step), (place, seconds), (place, place)
         self._by_rank: dict[str | None, list[tuple[tuple[int, int], Any]]] = {}
 
     def add(self, place: tuple[int, int], rank: str | None, step: int | None,
-            seconds: float | None, at: _Clocked) -> None:
+            seconds: float | None) -> None:
         if step is None and seconds is None:
             return
         got = self._by_rank.get(rank)
         if got is None:
             got = self._by_rank[rank] = [((-1, -1), None), ((-1, -1), None), ((-1, -1), None)]
-        for slot, value in ((0, step), (1, seconds), (2, at)):
+        for slot, value in ((0, step), (1, seconds), (2, place)):
             if value is not None and place > got[slot][0]:
                 got[slot] = (place, value)
 
-    def final(self) -> dict[str | None, tuple[int | None, float | None, _Clocked]]:
+    def add_shape(self, shape: Shape, default_rank: str | None) -> None:
+        """The prepass's records of one shape, read from the last: a rank is left once its
+        last step and last step time are found (its earlier records cannot change the fold),
+        so a chunk of one rank's progress costs a record or two, not one call per line."""
+        steps, seconds, ranks = shape.steps, shape.step_times, shape.ranks
+        found: dict[str | None, list[bool] | None] = {rank: [False, False] for rank in set(ranks)}
+        left = len(found)
+        for i in range(len(shape) - 1, -1, -1):
+            rank = ranks[i]
+            seen = found[rank]
+            step, secs = steps[i], seconds[i]
+            if seen is None or (step is None and secs is None):
+                continue
+            self.add(shape.key(i), rank if rank is not None else default_rank, step, secs)
+            seen[0] = seen[0] or step is not None
+            seen[1] = seen[1] or secs is not None
+            if seen[0] and seen[1]:
+                found[rank] = None
+                left -= 1
+                if not left:
+                    return
+
+    def final(self) -> dict[str | None, tuple[int | None, float | None, tuple[int, int]]]:
         return {rank: (got[0][1], got[1][1], got[2][1]) for rank, got in self._by_rank.items()}
 
 
@@ -190,17 +210,12 @@ class RankFactsDetector:
                 if wanted & progress and not line.covered:  # covered: in the prepass's columns
                     found = self.reader.read_part(chunk, line, k, part.text)
                     if found is not None and not found.eval:
-                        facts.add((line.start, k), rank, found.step, found.step_time,
-                                  partial(chunk.time, line, k))
+                        facts.add((line.start, k), rank, found.step, found.step_time)
         bulk = self.reader.bulk_of(chunk)
         for shape in bulk.shapes if bulk is not None else ():
-            for i in range(len(shape)):
-                start, k = shape.key(i)
-                rank = shape.ranks[i]
-                facts.add((start, k), rank if rank is not None else info.rank, shape.steps[i],
-                          shape.step_times[i], partial(_time_at, chunk, start, k))
-        for rank, (step, seconds, at) in facts.final().items():
-            self._progress(job, rank, step, seconds, at(), now)
+            facts.add_shape(shape, info.rank)
+        for rank, (step, seconds, place) in facts.final().items():
+            self._progress(job, rank, step, seconds, _time_at(chunk, place), now)
         return ()
 
     # -- per line (the reference path) ---------------------------------------------------------
