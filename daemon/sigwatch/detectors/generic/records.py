@@ -135,14 +135,14 @@ _STAMPED_RE = re.compile(
 _STATEMENT_RE = re.compile(
     r"^(?:Could not|Couldn't|Failed to|Unable to|Cannot|Can't|Error (?:while|when)) "
     r"[^:]{2,120}: (?!.*\b(?:skipping|ignoring|falling back|fall back|using default))\S")
-# Open MPI's, PRRTE's and PMIx's error macros (``ORTE_ERROR_LOG``, ``OPAL_ERROR_LOG``): ``[host:pid]
-# [[jobid,0],0] ORTE_ERROR_LOG: Not found in file base/plm_base_launch_support.c at line 1234``
-# (``PRTE_ERROR_LOG`` and ``PMIX_ERROR_LOG`` print ``PRTE ERROR: ...``, read as a header).
 # Slurm's daemons (slurmd, slurmstepd, slurmctld): "[2019-09-24T10:10:06.901] [321.0] error: pyxis:
 # couldn't mkdir /run/pyxis/100005" (lowercase levels after the stamp and the job step).
 _SLURM_RE = re.compile(
     r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?\](?: \[[\w.]{1,40}\])? "
     r"(?P<L>error|fatal|debug\d?|verbose|info): (?P<msg>\S.*)$")
+# Open MPI's, PRRTE's and PMIx's error macros (``ORTE_ERROR_LOG``, ``OPAL_ERROR_LOG``): ``[host:pid]
+# [[jobid,0],0] ORTE_ERROR_LOG: Not found in file base/plm_base_launch_support.c at line 1234``
+# (``PRTE_ERROR_LOG`` and ``PMIX_ERROR_LOG`` print ``PRTE ERROR: ...``, read as a header).
 _MPI_ERROR_LOG_RE = re.compile(
     r"(?:^|[\s\]])(?P<src>ORTE|OPAL|PRTE|PMIX|OMPI)_ERROR_LOG:\s*(?P<msg>.*)$")
 _LOGFMT_RE = re.compile(
