@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -620,6 +621,12 @@ def _lowered(wording: str, old: float, new: float, it: int = 5000, *,
             for _ in range(ranks)]
 
 
+def _apex_halvings(first: float, last: float) -> list[str]:
+    """apex's overflow lines lowering the scale from ``first`` down to ``last``, no step."""
+    return [f"Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to {2.0 ** e}"
+            for e in range(int(math.log2(first)), int(math.log2(last)) - 1, -1)]
+
+
 class TestLossScaleCollapseUnderWay:
     """Training shown under way (an optimiser step past 200, an epoch done) makes a run of
     halvings from below 2^15 mid-run, even when the log holds no start of the run."""
@@ -692,14 +699,7 @@ class TestLossScaleCollapseUnderWay:
         clock = FakeClock()
         driver = _driver(clock)
         stream = driver.open()
-        lines = ["Epoch: 15"]
-        scale = 256.0
-        while scale >= 2.0:
-            lines.append("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale "
-                         f"to {scale}")
-            scale /= 2
-
-        driver.feed_lines(stream, lines)
+        driver.feed_lines(stream, ["Epoch: 15", *_apex_halvings(256.0, 2.0)])
 
         found = _only(driver.detections, "training_loss_scale_collapse")
         assert 1 == len(found), [d.about for d in driver.detections]
@@ -710,14 +710,7 @@ class TestLossScaleCollapseUnderWay:
         clock = FakeClock()
         driver = _driver(clock)
         stream = driver.open()
-        lines = []
-        scale = 256.0
-        while scale >= 4.0:
-            lines.append("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale "
-                         f"to {scale}")
-            scale /= 2
-
-        driver.feed_lines(stream, lines)
+        driver.feed_lines(stream, _apex_halvings(256.0, 4.0))
 
         assert [] == driver.detections
 
