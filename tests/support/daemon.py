@@ -24,6 +24,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_gossip_port() -> int:
+    """A loopback port free for both TCP and UDP: memberlist (Alertmanager's cluster) binds
+    both, and a port free only for TCP can leave a replica unable to gossip."""
+    while True:
+        port = free_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            try:
+                udp.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+
+
 def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "") -> object:
     """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds (a generous
     bound: a busy 2-core machine takes seconds for what takes milliseconds when idle)."""

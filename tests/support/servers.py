@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from support.daemon import free_port, wait_for
+from support.daemon import free_gossip_port, free_port, wait_for
 from support.debian import require
 
 __all__ = [
@@ -166,7 +166,7 @@ class Alertmanager(ServerProcess):
                    f"--cluster.advertise-address=127.0.0.1:{cluster_port}",
                    "--cluster.gossip-interval=50ms", "--cluster.pushpull-interval=1s",
                    "--cluster.peer-timeout=2s", "--cluster.settle-timeout=5s",
-                   "--cluster.probe-interval=200ms",
+                   "--cluster.probe-interval=200ms", "--cluster.reconnect-interval=1s",
                    *(f"--cluster.peer=127.0.0.1:{p}" for p in peers)] \
             if cluster_port else ["--cluster.listen-address="]
         args = [require("prometheus-alertmanager"),
@@ -202,7 +202,7 @@ class AlertmanagerCluster:
     """``n`` Alertmanager replicas gossiping on loopback, like a production HA pair."""
 
     def __init__(self, workdir: Path, config: str, n: int = 2) -> None:
-        ports = [free_port() for _ in range(n)]
+        ports = [free_gossip_port() for _ in range(n)]
         self.replicas = [
             Alertmanager(workdir / f"am{i}", config, cluster_port=ports[i],
                          peers=[p for j, p in enumerate(ports) if j != i])
@@ -212,17 +212,30 @@ class AlertmanagerCluster:
     def urls(self) -> list[str]:
         return [r.url for r in self.replicas]
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Wait until every replica reports the cluster ready with all peers. The bound is
+        generous: on a loaded 2-core machine a replica's first join can fail and is retried
+        on the reconnect interval. A timeout names what each replica last reported."""
         for r in self.replicas:
             r.wait_ready(timeout)
+        last: list[str] = []
 
         def clustered() -> bool:
+            last.clear()
+            settled = True
             for r in self.replicas:
                 cluster = r.status()["cluster"]
+                last.append(f"{r.url}: {cluster['status']}, {len(cluster['peers'])} peers")
                 if cluster["status"] != "ready" or len(cluster["peers"]) != len(self.replicas):
-                    return False
-            return True
-        wait_for(clustered, timeout, "the alertmanager cluster to settle")
+                    settled = False
+            return settled
+        try:
+            wait_for(clustered, timeout, "the alertmanager cluster to settle")
+        except BaseException:
+            for r in self.replicas:
+                print(f"--- {r.url} log tail ---\n{r.log()[-3000:]}")
+            print("last status: " + "; ".join(last))
+            raise
 
     def stop(self) -> None:
         for r in self.replicas:
