@@ -61,6 +61,10 @@ class TestFormats:
          "component=device-plugin", "logfmt", "error"),
         ('{"level":"fatal","ts":1714557600.1,"msg":"cannot open /dev/nvidiactl"}', "json",
          "fatal"),
+        ("ERRO[0000] Failed to start plugin: nvml: Driver Not Loaded                "
+         'component=plugin', "logrus", "error"),
+        ("FATA[2024-05-01T10:00:00Z] error creating NVIDIA container runtime", "logrus",
+         "fatal"),
         ("[1] 2019-06-13 01:17:08.886805: E external/org_tensorflow/tensorflow/compiler/xla/"
          "python/local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out",
          "glog", "error"),
@@ -89,6 +93,9 @@ class TestFormats:
         "[2024-05-01 10:00:00,123] [INFO] [engine.py:12:step] error_bound=0.1",
         "Training failed with ERROR code 3 according to the user",
         "validation_error: 0.0123",
+        "WARN[0012] error reading config, using defaults",
+        "INFO[0000] Starting FS watcher; error handling enabled",
+        "ERRO[x] not logrus's seconds or stamp",
     ], ids=lambda v: v[:36])
     def test_lower_levels_and_prose_are_not_error_records(self, line: str) -> None:
         """A level below error, or an error word that is not in the level's place."""

@@ -31,6 +31,8 @@ AT = datetime(2024, 11, 20, 10, 2, 11, tzinfo=UTC).timestamp()
     ("(RayTrainWorker pid=88, ip=10.0.0.2) x", "pid=88,ip=10.0.0.2", "x"),
     ("[2024-11-20 10:02:11,123] [INFO] [logging.py:96:log_dist] [Rank 0] msg", "0", "msg"),
     ("2024-11-20T10:02:11Z [rank2]: oops", "2", "oops"),          # a shipper's stamp outside
+    ("Fri Sep 22 11:52:15 2017[1,7]<stderr>:Segmentation fault",  # mpirun --timestamp-output
+     "7", "Segmentation fault"),
 ])
 def test_launcher_prefixes_give_the_rank_and_are_removed(line: str, rank: str, text: str) -> None:
     assert [(rank, text)] == normalize(line)
@@ -47,6 +49,8 @@ def test_launcher_prefixes_give_the_rank_and_are_removed(line: str, rank: str, t
     "step [rank3] in the middle: no",
     "(pid 123) not Ray's shape",
     "[1,3] missing the stream tag",
+    "Fri Sep 22 11:52:15 2017[build] no rank tag after the stamp",
+    "Tue Sep 22 11:52:15 is not a ctime stamp[1,2]<stderr>:x",
 ])
 def test_near_misses_are_not_taken_for_a_rank(line: str) -> None:
     assert [(None, line)] == normalize(line)
@@ -77,6 +81,12 @@ def test_leading_timestamps_and_levels_are_recognised_and_left_in_the_text(
 
     assert (None, line, level) == (part.rank, part.text, part.level)
     assert (None if offset is None else AT + offset) == part.time
+
+
+def test_mpiruns_ctime_stamp_is_the_lines_time() -> None:
+    (part,) = normalize_line("Wed Nov 20 10:02:11 2024[1,0]<stdout>:step 5", tz=UTC)
+
+    assert ("0", "step 5", AT) == (part.rank, part.text, part.time)
 
 
 def test_the_fast_path_does_not_compute_times() -> None:

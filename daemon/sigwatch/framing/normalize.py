@@ -57,7 +57,7 @@ LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "info", "NOTICE": "info",
           "CRIT": "critical", "CRITICAL": "critical", "FATAL": "critical", "SEVERE": "critical"}
 MAX_ITEMS = 8
 # First characters an envelope item can start with: anything else ends the scan at once.
-_TIME_START = frozenset("[0123456789JFMASONDIWEF")  # ISO/kernel, syslog months, glog
+_TIME_START = frozenset("[0123456789JFMASONDIWEFT")  # ISO/kernel, syslog, glog, ctime days
 _LEVEL_START = frozenset("[TDINWECFS")
 _ITEM_START = _TIME_START | _LEVEL_START | frozenset("( \t")
 

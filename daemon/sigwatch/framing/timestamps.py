@@ -3,8 +3,9 @@
 Detections and the runtime's ordering want the time the line was *written*, not the time it
 was read (a restart, a backlog or a slow reader make the two differ by minutes). The forms
 seen on training nodes are few: ISO-8601 / RFC 3339 (CRI logs carry nanoseconds), glog/absl
-(``I1120 10:02:11.000123``, no year), syslog (``Nov 20 10:02:11``, no year) and the kernel's
-``[  123.456789]`` (seconds since boot: only meaningful with the boot time).
+(``I1120 10:02:11.000123``, no year), syslog (``Nov 20 10:02:11``, no year), the kernel's
+``[  123.456789]`` (seconds since boot: only meaningful with the boot time) and ctime
+(``Fri Sep 22 11:52:15 2017``, which ``mpirun --timestamp-output`` glues to its rank tag).
 
 Only the *start* of the text is looked at (``match_timestamp`` can start at an offset), so a
 date quoted in the middle of a message is never taken for the line's time.
@@ -31,7 +32,10 @@ _TS_RE = re.compile(
     r"(?P<gS>\d{2})(?:\.(?P<gfrac>\d{1,9}))?)"
     r"|(?P<syslog>(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (?P<sd>[ \d]\d) "
     r"(?P<sH>\d{2}):(?P<sM>\d{2}):(?P<sS>\d{2})(?:\.(?P<sfrac>\d{1,9}))?)"
-    r"|(?P<kernel>\[ {0,12}(?P<ksec>\d{1,10})\.(?P<kfrac>\d{1,9})\])")
+    r"|(?P<kernel>\[ {0,12}(?P<ksec>\d{1,10})\.(?P<kfrac>\d{1,9})\])"
+    # ctime(3), as Open MPI's ``mpirun --timestamp-output`` writes it before its rank tag
+    r"|(?P<ctime>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<cmon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep"
+    r"|Oct|Nov|Dec) (?P<cd>[ \d]\d) (?P<cH>\d{2}):(?P<cM>\d{2}):(?P<cS>\d{2}) (?P<cY>\d{4}))")
 # The character after a timestamp must not continue a word or a number (``2024-11-20T10:02:113``).
 _END_OK = frozenset(" \t]|:,;)-\r\n")
 # A stamp without a year that lands this far ahead of now is last year's (``E1231 23:59:59``
@@ -46,7 +50,7 @@ class TimestampMatch:
 
     time: float | None
     end: int
-    form: str  # iso | glog | syslog | kernel
+    form: str  # iso | glog | syslog | kernel | ctime
     level: str | None = None
 
 
@@ -88,7 +92,8 @@ def match_timestamp(text: str, pos: int = 0, year_hint: int | None = None, *,
     if m is None:
         return None
     end = m.end()
-    if end < len(text) and text[end] not in _END_OK:
+    if end < len(text) and text[end] not in _END_OK and not (
+            text[end] == "[" and m.group("ctime")):  # mpirun glues its tag to the stamp
         return None
     if m.group("iso"):
         kind = "iso"
@@ -96,6 +101,8 @@ def match_timestamp(text: str, pos: int = 0, year_hint: int | None = None, *,
         kind = "glog"
     elif m.group("syslog"):
         kind = "syslog"
+    elif m.group("ctime"):
+        kind = "ctime"
     else:
         kind = "kernel"
     level = _GLOG_LEVELS[m.group("glevel")] if kind == "glog" else None
@@ -115,6 +122,9 @@ def match_timestamp(text: str, pos: int = 0, year_hint: int | None = None, *,
             fields = (_MONTHS[m.group("mon")], int(m.group("sd")), int(m.group("sH")),
                       int(m.group("sM")), int(m.group("sS")), _fraction(m.group("sfrac")))
         value = _yearless(year_hint, fields, tz, now)
+    elif kind == "ctime":
+        value = _epoch(int(m.group("cY")), _MONTHS[m.group("cmon")], int(m.group("cd")),
+                       int(m.group("cH")), int(m.group("cM")), int(m.group("cS")), 0.0, tz)
     else:
         since_boot = int(m.group("ksec")) + _fraction(m.group("kfrac"))
         value = boot_time + since_boot if boot_time is not None else None

@@ -86,7 +86,8 @@ exception without a frame of the user's code does not)."""
 # own, ``templates.SHAPE_LITERALS``: one alternation shared with the novel-error detector) and
 # one-letter levels of glog/absl/c10 (``E1120 12:00:00``, ``[E321 02:07:08``), TensorFlow
 # (``E path/file.cc:12]``), c10 (``[E socket.cpp:610]``), TensorRT (``[E] ``), ``[ERR]`` and
-# Ray's spdlog (``E 4567 89]``, ``C`` for critical), health labels' values (``=ERR_...``,
+# Ray's spdlog (``E 4567 89]``, ``C`` for critical), logrus's terminal ``ERRO[`` and ``FATA[``,
+# health labels' values (``=ERR_...``,
 # ``=EVICT``, ``=UNHEALTHY``), libfabric's ``<warn>`` (its highest level: its errors are
 # logged there), Horovod's ``Process 3 exit with status code 250``, DeepSpeed's ``Killing
 # subprocess N`` fan-out and a gdb frame in ``raise ()`` (``__GI_raise (sig=6)``). Every branch
@@ -97,8 +98,8 @@ exception without a frame of the user's code does not)."""
 # selects never starts a shape, so the per-chunk driver (which never sees it) and the per-line
 # one agree by construction, and lines read while following a traceback skip the shapes at once.
 _INTEREST = re.compile(
-    rb"E(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9]|\] |RR\]| [0-9]+ [0-9]+\]|RR_|VICT)"
-    rb"|F(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9])|C [0-9]+ [0-9]+\]|U(?:NHEALTHY|nhealthy)"
+    rb"E(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9]|\] |RR\]| [0-9]+ [0-9]+\]|RR_|VICT|RRO\[)"
+    rb"|F(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9]|ATA\[)|C [0-9]+ [0-9]+\]|U(?:NHEALTHY|nhealthy)"
     rb"|<warn> |exit with status code|Killing subprocess [0-9]|raise \(")
 _EVERY_LINE = re.compile(rb"^(?!\Z)", re.M)
 

@@ -16,7 +16,10 @@ projects' own format strings:
 - CANN plog and MindSpore: ``[ERROR] RUNTIME(1234,python):2024-.. [file.cc:12]... msg``,
   ``[ERROR] ME(1234:...,MainProcess):2024-.. [file.cc:12] func] msg``;
 - TensorRT / TensorRT-LLM: ``[TRT] [E] msg``, ``[TensorRT-LLM][ERROR] msg``;
-- Go: logrus / logfmt / slog ``level=error msg="..."``, zap JSON ``"level":"error"``;
+- Go: logrus / logfmt / slog ``level=error msg="..."``, zap JSON ``"level":"error"``, and
+  logrus's terminal format (``TextFormatter`` on a TTY, or with colours forced): the level cut to
+  four letters, then the seconds since start or a full stamp in brackets
+  (``ERRO[0000] msg   key=value``, ``FATA[2024-01-02T10:00:00Z] msg``);
 - programs: ``srun: error: msg``, ``slurmstepd: error: msg``, ``docker: Error response from
   daemon: msg``, ``nvidia-container-cli: initialization error: msg``;
 - C libraries that put the level after the source location: UCX's ``[ts] [host:pid:tid]
@@ -145,6 +148,13 @@ _SLURM_RE = re.compile(
 # (``PRTE_ERROR_LOG`` and ``PMIX_ERROR_LOG`` print ``PRTE ERROR: ...``, read as a header).
 _MPI_ERROR_LOG_RE = re.compile(
     r"(?:^|[\s\]])(?P<src>ORTE|OPAL|PRTE|PMIX|OMPI)_ERROR_LOG:\s*(?P<msg>.*)$")
+# logrus's TextFormatter with colours (``levelText[0:4]``, then ``[%04d]`` or ``[timestamp]``,
+# then the message padded to 44 and the fields as key=value).
+_LOGRUS_TTY_RE = re.compile(
+    r"^(?P<L>PANI|FATA|ERRO|WARN|INFO|DEBU|TRAC)\[(?:\d{4,9}|\d{4}-\d\d-\d\d[^\]\s]{0,30})\] "
+    r"(?P<msg>.*?)(?:\s{2,}(?=[\w.-]{1,40}=)(?P<fields>.*))?$")
+_LOGRUS_LEVELS = {"PANI": "fatal", "FATA": "fatal", "ERRO": "error", "WARN": "warning",
+                  "INFO": "info", "DEBU": "debug", "TRAC": "debug"}
 _LOGFMT_RE = re.compile(
     r"(?:^|\s)level=\"?(?P<L>[a-zA-Z]{3,9})\b")
 _LOGFMT_MSG_RE = re.compile(r"(?:^|\s)msg=(?:\"(?P<q>(?:[^\"\\]|\\.){0,500})\"|(?P<w>\S{1,200}))")
@@ -242,6 +252,10 @@ def _parse(text: str) -> Record | None:
     m = _PYTHON_RE.match(text)
     if m is not None:
         return Record(_level(m.group("L")), "python", m.group("src"), m.group("msg").strip())
+    if text[4:5] == "[":
+        m = _LOGRUS_TTY_RE.match(text)
+        if m is not None:
+            return Record(_LOGRUS_LEVELS[m.group("L")], "logrus", "", m.group("msg").strip())
     if "libfabric:" in text[:24]:
         m = _LIBFABRIC_RE.match(text)
         if m is not None:
