@@ -430,6 +430,9 @@ class TestLevelsOutsideTheUsualPlace:
         "2024/01/02 10:00:00 Cannot open checkpoint shard 3: input/output error",
         "2024-01-02T10:00:00.123Z Failed to connect to the rendezvous store: connection reset",
         "[2024-01-02 10:00:00,123] Unable to open /dev/infiniband/uverbs0: no such device",
+        "2024/01/02 10:00:00 GRPC server crashed with error: accept4: too many open files",
+        "2024/01/02 10:00:00 checkpoint writer failed: input/output error",
+        "2024/01/02 10:00:00 worker 3 aborted with exit code 134: core dumped",
     ], ids=lambda v: v[20:50])
     def test_a_levelless_stamped_line_that_states_a_failure_and_its_cause(
             self, line: str) -> None:
@@ -451,6 +454,9 @@ class TestLevelsOutsideTheUsualPlace:
         "2024-01-02 10:00:00 Failed to load the fused Adam kernel: not built, falling back to "
         "the PyTorch one",
         "2024-01-02 10:00:00 Could not find optional plugin libnccl-net.so: skipping",
+        "2024/01/02 10:00:00 health probe failed: ignoring, the next probe decides",
+        "2024/01/02 10:00:00 number of requests that failed: 0",
+        "2024/01/02 10:00:00 the build that crashed yesterday is fixed",
     ], ids=lambda v: v[:50])
     def test_other_levelless_lines_are_not_records(self, line: str) -> None:
         """No failure in the first words, no cause named, no stamp, or a fallback."""

@@ -29,7 +29,8 @@ projects' own format strings:
   ``failed``, ``error``) is read as an error;
 - Go's standard ``log`` (``2018/11/27 03:44:12 msg``), which has no level, and any line of a
   stamp and a message without a level: a message that says a failure in its first words and
-  names its cause (``Could not start X: <cause>``, ``Failed to X: <cause>``) is read as an error
+  names its cause (``Could not start X: <cause>``, ``Failed to X: <cause>``, ``GRPC server
+  crashed with error: <cause>``) is read as an error
   (``form = "statement"``), unless it says what it does instead (skipping, falling back).
 """
 
@@ -136,8 +137,12 @@ _STAMPED_RE = re.compile(
 # A message that states a failure in its first words and names the cause after a colon; not
 # one that says what it does instead (a fallback is not a failure of the process).
 _STATEMENT_RE = re.compile(
-    r"^(?:Could not|Couldn't|Failed to|Unable to|Cannot|Can't|Error (?:while|when)) "
-    r"[^:]{2,120}: (?!.*\b(?:skipping|ignoring|falling back|fall back|using default))\S")
+    r"^(?:(?:Could not|Couldn't|Failed to|Unable to|Cannot|Can't|Error (?:while|when)) [^:]{2,120}"
+    # or a subject and what became of it ("GRPC server crashed with error: <cause>")
+    r"|[A-Za-z][\w .'/-]{1,60}? (?:crashed|failed|aborted|panicked)"
+    r"(?: with (?:an? )?(?:error|exception|status|exit code)(?: -?\d{1,6})?)?)"
+    r": (?!.*\b(?:skipping|ignoring|falling back|fall back|using default))"
+    r"(?![\d.,]+%?\s*$)\S")  # a cause, not a count ("requests that failed: 0")
 # Slurm's daemons (slurmd, slurmstepd, slurmctld): "[2019-09-24T10:10:06.901] [321.0] error: pyxis:
 # couldn't mkdir /run/pyxis/100005" (lowercase levels after the stamp and the job step).
 _SLURM_RE = re.compile(
