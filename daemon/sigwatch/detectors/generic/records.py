@@ -11,7 +11,8 @@ projects' own format strings:
   ``2024-..\\tERROR worker.py:12 -- msg``, Hugging Face's ``[ERROR|file.py:12] ...``);
 - glog / absl / klog: ``E1120 12:00:00.123456  1234 file.cc:12] msg`` (and ``F``), TensorFlow's
   ``2024-..: E path/file.cc:12] msg``, PyTorch c10's ``[E socket.cpp:610] msg``;
-- loguru: ``2024-.. | ERROR    | module:function:12 - msg``;
+- loguru: ``2024-.. | ERROR    | module:function:12 - msg``, and the same columns with the level
+  in lowercase (``2025-.. | critical |   Always | TT_FATAL: ...``);
 - Ray's C++ (spdlog) logs: ``[2024-.. 12:00:00,123 E 1234 5678] file.cc:12: msg``;
 - CANN plog and MindSpore: ``[ERROR] RUNTIME(1234,python):2024-.. [file.cc:12]... msg``,
   ``[ERROR] ME(1234:...,MainProcess):2024-.. [file.cc:12] func] msg``;
@@ -36,6 +37,7 @@ projects' own format strings:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -169,6 +171,12 @@ _JSON_RE = re.compile(r"\"(?:level|severity|levelname)\"\s*:\s*\"(?P<L>[a-zA-Z]{
 _JSON_MSG_RE = re.compile(r"\"(?:msg|message)\"\s*:\s*\"(?P<m>(?:[^\"\\]|\\.){0,500})\"")
 _JSON_SRC_RE = re.compile(r"\"(?:logger|name|caller|component)\"\s*:\s*\"(?P<src>[^\"]{1,80})\"")
 
+# Columns between pipes with the level in lowercase (loguru-style formats of C++ loggers, e.g.
+# Tenstorrent's ``2025-11-26 19:48:22.915 | critical |   Always | TT_FATAL: ...``).
+_PIPE_RE = re.compile(
+    r"^[^|]{0,24}\d\d:\d\d:\d\d[^|]{0,16}\|\s{0,4}"  # a stamp with a time of day first
+    r"(?P<L>critical|fatal|error|warning|warn|info|debug|trace)\s{0,12}\|"
+    r"(?:\s{0,24}(?P<src>[^|\s][^|]{0,39}?)\s{0,4}\|)?\s*(?P<msg>\S.*)$")
 # A level word where a format puts it: near the start, after a timestamp and at most two other
 # words (a logger or host and program name), followed by a separator.
 _LEVEL_RE = re.compile(
@@ -227,10 +235,23 @@ def parse_any(text: str) -> Record | None:
     return record if record is not None and record.level else None
 
 
+# A syslog file's header (``/var/log/syslog``, ``messages``, ``kern.log``: RFC 3164's stamp, or
+# rsyslog's ISO one, then the host and the program with its pid) and the kernel's own stamp
+# after it: the message after them is read as a line of its own.
+_SYSLOG_RE = re.compile(
+    r"^(?:(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d))"
+    r" [\w.-]{1,64} (?P<prog>[\w.@/()-]{1,60})(?:\[\d{1,10}\])?: (?:\[ {0,12}\d{1,10}\.\d{1,9}\] )?")
+
+
 def _parse(text: str) -> Record | None:
     if not text:
         return None
     head = text[0]
+    if head in "JFMASOND2" and (syslog := _SYSLOG_RE.match(text)) is not None:
+        inner = _parse(text[syslog.end():])
+        if inner is not None and inner.level:
+            return inner if inner.source else dataclasses.replace(inner, source=syslog["prog"])
     if head in "IWEF[(0123456789 \t" or " E" in text[:80] or "[E" in text[:80]:
         for form, pattern in (("glog", _GLOG_RE), ("glog", _TF_RE), ("glog", _C10_RE),
                               ("ray", _RAY_RE)):
@@ -289,6 +310,11 @@ def _parse(text: str) -> Record | None:
         m = _MPI_ERROR_LOG_RE.search(text, 0, 200)
         if m is not None:
             return Record("error", "mpi", m.group("src"), m.group("msg").strip())
+    if "|" in text[:60]:
+        m = _PIPE_RE.match(text)
+        if m is not None:
+            return Record(_level(m.group("L")), "pipe", (m.group("src") or "").strip(),
+                          m.group("msg").strip())
     record = _header_record(text)
     if record is not None:
         return record
@@ -325,13 +351,13 @@ VOCABULARY_WORDS: tuple[tuple[str, str], ...] = (
      r"|nvidia-container|container toolkit|enroot|pyxis|singularity|apptainer|image pull"
      r"|crashloopbackoff|back-off restarting|device.plugin")),
     ("scheduler", (
-     r"slurm|\bsrun\b|sbatch|scontrol|\bpbs\b|\blsf\b|torque|kube-scheduler|raylet"
+     r"slurm|\bsrun\b|\bsalloc\b|sbatch|scontrol|\bpbs\b|\blsf\b|torque|kube-scheduler|raylet"
      r"|gcs_server|\byarn\b|torchelastic|elastic agent|distributed\.elastic|torchrun"
      r"|rendezvous")),
     ("collective", (
      r"nccl|rccl|hccl|\bhcl\b|gloo|\bmpi\b|mpi_|oneccl|\bccl\b|c10d|processgroup"
      r"|all_?reduce|all_?gather|reduce_?scatter|alltoall|collective|horovod|nvshmem|\bpml_"
-     r"|\bcoll_|bkcl|\bxccl|\bccom\b"
+     r"|\bcoll_|bkcl|\bxccl|\bccom\b|\benc:\w|\bnec_dev\b"  # (Neuron's collectives: CCOM, ENC)
      # Open MPI's runtime and launchers: ORTE, PRRTE (``PRTE ERROR``), PMIx, OPAL, mpirun
      r"|\borte\b|orte_|\bprte\b|prrte|\bpmix|\bopal_|\bompi|\bmpirun\b|mpiexec")),
     ("accelerator_runtime", (
