@@ -138,8 +138,12 @@ def _corpus(patterns, size: int = 3_000_000, seed: int = 17) -> bytes:
         blocks.append([b"panic: late"] + [b"  frame"] * 6 + [b"goroutine 2 [running]:"])
     good = [line for p in sorted(GOODLOGS.glob("*.log"))
             for line in p.read_bytes().split(b"\n") if line]
-    out: list[bytes] = []
-    total = 0
+    # every multi-line example once as written, so that multi-step signatures fire whatever
+    # the random draw below does to their lines (it mangles, interleaves and splits them)
+    out: list[bytes] = [line.encode() for sig in patterns.signatures for ex in sig.examples
+                        if ex.kind == "match" and "\n" in ex.text
+                        for line in ex.text.split("\n")]
+    total = sum(len(line) + 1 for line in out)
     while total < size:
         if rng.random() < 0.35:
             block = rng.choice(blocks)

@@ -96,6 +96,7 @@ class TestAbortsAndFailedChecks:
         "[libprotobuf FATAL google/protobuf/message_lite.cc:68] CHECK failed: (byte_size) <= "
         "(INT_MAX): ",
         "python: /src/csrc/ops.cu:88: void run(): Assertion `n > 0' failed.",
+        "machine:rank1: Assertion failure at psm3/ptl_am/ptl.c:196: nbytes == req->recv_msglen",
         "double free or corruption (out)",
         "*** stack smashing detected ***: terminated",
         "[gpu001:00000] *** An error occurred in MPI_Init",
@@ -217,6 +218,7 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
     ("F0522 10:00:00.000000  1234 graph.cc:12] Check failed: x == y (3 vs. 4)",
      "[F socket.cpp:42] CHECK failed: fd >= 0"),
     ("python: malloc.c:2379: sysmalloc: Assertion `old_size == 0' failed.",),
+    ("machine:rank1: Assertion failure at psm3/ptl_am/ptl.c:196: nbytes == req->recv_msglen",),
     ("Program received signal SIGSEGV, Segmentation fault.",
      'Thread 1 "python" received signal SIGABRT, Aborted.',
      "* thread #1, name = 'python', stop reason = signal SIGSEGV"),

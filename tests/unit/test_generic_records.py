@@ -203,6 +203,14 @@ class TestSeverityRules:
         "PMIX ERROR: PMIX_ERR_NOT_FOUND in file dstore_base.c at line 1567",
         "slurmstepd: error: *** JOB 31182239 ON sh-06-34 CANCELLED AT 2018-11-05T10:35:06 DUE "
         "TO JOB REQUEUE ***",
+        "[qbd488:616077] PMIX ERROR: ERROR in file ../../src/mca/gds/ds12/gds_ds12_lock_pthread.c "
+        "at line 169",
+        "slurmstepd: error: couldn't chdir to `/root/bb': No such file or directory: going to "
+        "/tmp instead",
+        "slurmstepd: error: Exceeded step memory limit at some point. Step may have been "
+        "partially swapped out to disk.",
+        "...    x_gpu_0 * 2  # ERROR: trying to use x_gpu_0 on GPU 1",
+        ">>> raise RuntimeError('CUDA error: demo')  # ERROR on purpose",
     ], ids=lambda v: v[:30])
     def test_retries_counters_deprecations_and_known_noise_are_quiet(self, line: str) -> None:
         """Records that report no failure make no detection at all."""
@@ -476,6 +484,37 @@ class TestLevelsOutsideTheUsualPlace:
         record = only(found, RECORD)
         assert Severity.WARNING == record.severity
         assert "container_runtime" == dict(record.captures)["component"]
+
+    @pytest.mark.parametrize(("line", "source", "message"), [
+        ("May 23 12:49:52 mgmt1 slurmctld[80708]: slurmctld: error: Setting node gpu1 state to "
+         "INVAL", "slurmctld", "Setting node gpu1 state to INVAL"),
+        ("Feb 22 17:46:38 ip-10-1-74-228 slurmd[13562]: spank-epilog: error: pyxis: mkdir: "
+         "failed", "spank-epilog", "pyxis: mkdir: failed"),
+        ("2024-05-01T10:00:00.123+00:00 gpu7 kubelet[999]: E0501 10:00:00.123456  999 "
+         "pod_workers.go:12] Error syncing pod", "pod_workers.go", "Error syncing pod"),
+    ], ids=lambda v: v[:30])
+    def test_a_record_behind_a_syslog_files_header(self, line: str, source: str,
+                                                    message: str) -> None:
+        """/var/log/syslog and kern.log put a stamp, the host and the program first."""
+        record = parse_record(line)
+
+        assert record is not None
+        assert (source, message) == (record.source, record.message)
+
+    def test_lowercase_levels_between_pipes_after_a_stamp(self) -> None:
+        """Loguru-style columns of C++ loggers (Tenstorrent's), the level in lowercase."""
+        record = parse_record("2025-11-26 19:48:22.915 | critical |          Always | TT_FATAL: "
+                              "Out of Memory: Not enough space to allocate 131072000 B DRAM")
+
+        assert record is not None
+        assert ("fatal", "Always", "accelerator_runtime") == (record.level, record.source,
+                                                              classify(record))
+
+    @pytest.mark.parametrize("line", ["name | error | value", "| error | x |",
+                                      "2025-11-26 19:48:20.892 | info | Test | selected"])
+    def test_a_table_with_an_error_column_is_not_a_record(self, line: str) -> None:
+        """Without a time of day first, pipes are a table's; info is not an error."""
+        assert parse_record(line) is None
 
     def test_logging_basic_format_behind_a_collectors_stamp(self) -> None:
         """CloudWatch (and other collectors) put a stamp and a tab before ``ERROR:name:msg``:

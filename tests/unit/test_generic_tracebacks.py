@@ -368,6 +368,33 @@ class TestTracebacksThatEndNothing:
 
         assert [] == loud(found)
 
+    def test_after_an_info_record_that_reports_a_success_the_traceback_is_the_processs(
+            self) -> None:
+        """A record that says something succeeded is not the message of a logged exception:
+        the traceback after it ends the process (the Neuron compiler's wrapper, then a crash)."""
+        found = generic_scan(text_of('''
+            2023-05-04 19:31:29.000758: INFO ||NCC_WRAPPER||: Exiting with a successfully compiled graph
+            Traceback (most recent call last):
+              File "/root/sd_2_1_inf.py", line 152, in compile_model
+                decoder_neuron = torch_neuronx.trace(
+            RuntimeError: neuronx-cc failed with -9
+            '''))
+
+        assert "RuntimeError" == dict(only(found, TB).captures)["exception"]
+
+    def test_after_an_info_record_that_reports_a_success_and_a_failure_it_stays_quiet(
+            self) -> None:
+        """The same record naming a failure may be the message of the exception it logs."""
+        found = generic_scan(text_of('''
+            I0512 08:11:02.000123 140233 io.py:88] Upload completed with a failed part, retrying:
+            Traceback (most recent call last):
+              File "/app/io.py", line 40, in upload
+                put(part)
+            ConnectionResetError: [Errno 104] Connection reset by peer
+            '''))
+
+        assert [] == loud(found)
+
     def test_a_traceback_logged_at_info_by_glog_is_quiet(self) -> None:
         """absl's ``I0101 ...`` record just before the traceback is a low level."""
         found = generic_scan(text_of('''

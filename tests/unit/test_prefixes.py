@@ -33,6 +33,9 @@ AT = datetime(2024, 11, 20, 10, 2, 11, tzinfo=UTC).timestamp()
     ("2024-11-20T10:02:11Z [rank2]: oops", "2", "oops"),          # a shipper's stamp outside
     ("Fri Sep 22 11:52:15 2017[1,7]<stderr>:Segmentation fault",  # mpirun --timestamp-output
      "7", "Segmentation fault"),
+    ("29.127.65.230: [rank0]: AttributeError: x", "29.127.65.230/0", "AttributeError: x"),  # pdsh
+    ("10.0.0.7: Traceback (most recent call last):", "10.0.0.7",
+     "Traceback (most recent call last):"),
 ])
 def test_launcher_prefixes_give_the_rank_and_are_removed(line: str, rank: str, text: str) -> None:
     assert [(rank, text)] == normalize(line)
@@ -51,6 +54,9 @@ def test_launcher_prefixes_give_the_rank_and_are_removed(line: str, rank: str, t
     "[1,3] missing the stream tag",
     "Fri Sep 22 11:52:15 2017[build] no rank tag after the stamp",
     "Tue Sep 22 11:52:15 is not a ctime stamp[1,2]<stderr>:x",
+    "10.0.0.256: not an address",
+    "1.2.3.4:29500: connect failed",
+    "10.0.0.7 is the master",
 ])
 def test_near_misses_are_not_taken_for_a_rank(line: str) -> None:
     assert [(None, line)] == normalize(line)

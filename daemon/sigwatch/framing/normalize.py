@@ -5,7 +5,8 @@ control characters as ``#`` and three octal digits), NUL bytes dropped, a ``\\r`
 rewrite ends a line (so an error glued to a tqdm bar is still seen on its own), and a launcher
 prefix
 (``[rank3]:``, ``[default0]:``, srun's ``3: ``, MPI's ``[1,3]<stderr>:``, Ray's
-``(RayWorker pid=123)``, DeepSpeed's ``[Rank 0]``) is removed and kept as the rank.
+``(RayWorker pid=123)``, DeepSpeed's ``[Rank 0]``, pdsh's ``10.0.0.7: ``) is removed and kept as
+the rank.
 
 Launchers nest (srun runs torchrun, which runs ranks that log with their own timestamps), and
 some put a timestamp or a level in front of the tag, so the start of a line is read as a short
@@ -39,6 +40,9 @@ SYSLOG_ANSI_RE = re.compile(r"#033\[[0-?]*[ -/]*[@-~]")
 # task of a job with more tasks than that printing through one labelled stream.
 SRUN_RE = re.compile(r"[ \t]{0,8}(0|[1-9]\d{0,3}): [ \t]?")
 SRUN_MAX_TASK = 4095
+# pdsh (DeepSpeed's multi-node launcher) prefixes each line with the host it came from; only an
+# IPv4 address is taken (``10.0.0.7: [rank0]: ...``): a bare word and a colon is too often text.
+PDSH_RE = re.compile(r"(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}(?=: )")
 # Tags that may appear anywhere in the envelope, each with the rank they carry.
 TAG_RE = re.compile(
     r"\[(?:rank|default)(?P<torch>\d{1,6})\]:[ \t]?"                        # torchrun, --tee
@@ -116,8 +120,12 @@ def parse_prefix(text: str, *, want_time: bool = False, year_hint: int | None = 
         return _NOTHING  # most lines: one set lookup
     ranks: list[str] = []
     pos = end = 0
+    host = PDSH_RE.match(text) if text[0].isdigit() else None
     m = SRUN_RE.match(text)
-    if m and int(m.group(1)) <= SRUN_MAX_TASK:
+    if host is not None:
+        ranks.append(host.group())
+        pos = end = host.end() + 2
+    elif m and int(m.group(1)) <= SRUN_MAX_TASK:
         ranks.append(m.group(1))
         pos = end = m.end()
     elif not want_time and _MAYBE_TAG.search(text, 0, _ENVELOPE_CHARS) is None:

@@ -129,7 +129,11 @@ BENIGN_WORDS = (
     # monitoring client without its library (its only loss is metrics), PMIx's shared-memory
     # key store missing a key (documented noise of every job on some systems)
     r"|not supported in the current environment|metrics (?:may|will) not be (?:reported|collected)"
-    r"|in file dstore_base\.c|due to job requeue")
+    r"|in file dstore_base\.c|in file \S{0,120}/gds/ds\d\d/|due to job requeue"
+    # a fallback the message names ("couldn't chdir to X: ...: going to /tmp instead"), and
+    # Slurm's notice that a step touched its memory limit and was swapped, not killed
+    r"|\b(?:going to|using|falling back to) \S{1,120} instead\b"
+    r"|exceeded (?:step|job) memory limit at some point")
 _EXIT_RE = re.compile(literal_first(EXIT_WORDS))
 _STRONG_RE = re.compile(literal_first(STRONG_WORDS))
 _BENIGN_RECORD_RE = re.compile(literal_first(BENIGN_WORDS))

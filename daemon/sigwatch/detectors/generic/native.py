@@ -135,6 +135,8 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("check", r"(?:^|[\]:] )(?:CHECK|Check) failed: (?P<what>\S.{0,200})"),
         # glibc's __assert_fail (and CUDA's device-side assert, which prints the same way)
         ("check", r"Assertion [`'](?P<what>.{1,200})[`'] failed\.?\s*$"),
+        # PSM/PSM3's psmi_assert ("host:rank1: Assertion failure at psm3/ptl_am/ptl.c:196: x")
+        ("check", r"(?:^|: )Assertion failure at (?P<what>[\w./-]{1,160}:\d{1,6}: \S.{0,200})"),
         # gdb (``Program received signal``, ``Thread 1 "python" received signal``) and lldb
         ("signal", (r"(?:Program|Thread \d{1,6}(?: \"[^\"]{0,60}\")?) received signal "
                     r"(?P<sig>SIG[A-Z]{2,6})|stop reason = signal (?P<sig2>SIG[A-Z]{2,6})")),

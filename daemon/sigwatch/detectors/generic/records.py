@@ -241,12 +241,13 @@ def parse_any(text: str) -> Record | None:
 _SYSLOG_RE = re.compile(
     r"^(?:(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d"
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d))"
-    r" [\w.-]{1,64} (?P<prog>[\w.@/()-]{1,60})(?:\[\d{1,10}\])?: (?:\[ {0,12}\d{1,10}\.\d{1,9}\] )?")
+    r" [\w.-]{1,64} (?P<prog>[\w.@/()-]{1,60})(?:\[\d{1,10}\])?: "
+    r"(?:\[ {0,12}\d{1,10}\.\d{1,9}\] )?")
 
 
 def _parse(text: str) -> Record | None:
-    if not text:
-        return None
+    if not text or text.startswith((">>> ", "...    ")):
+        return None  # an interactive session's input (a prompt or its continuation), not output
     head = text[0]
     if head in "JFMASOND2" and (syslog := _SYSLOG_RE.match(text)) is not None:
         inner = _parse(text[syslog.end():])

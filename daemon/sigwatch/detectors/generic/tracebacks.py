@@ -188,6 +188,7 @@ _NATIVE_RECORD_RE = re.compile(r"[\w.-]\.(?:c|cc|cpp|cxx|cu|h|hpp|ts|rs|go):\d{1
 # and no failure is a progress or metrics line, not the message of a logged exception: the
 # traceback after it was printed by the interpreter, not by that record's ``exc_info``.
 _METRIC_RE = re.compile(r"\b[A-Za-z_][\w.]{0,40} ?[=:] ?[-+]?\.?\d")
+_SUCCESS_RE = re.compile(r"\bsuccess(?:ful(?:ly)?)?\b|\bsucceeded\b|\bcompleted\b")
 _FAILURE_WORD_RE = re.compile(literal_first(
     r"error|fail|exception|traceback|could not|unable|cannot|can't|abort|crash|warn"))
 
@@ -342,9 +343,18 @@ class Preceding:
             return cls(quiet="test harness")
         level = level_of(prev)
         if (level in ("debug", "info", "warning") and _NATIVE_RECORD_RE.search(prev) is None
-                and not _metrics(prev)):
+                and not _metrics(prev) and not (level != "warning" and _success(prev))):
             return cls(quiet=f"logged at {level}")
         return cls()
+
+
+def _success(record: str) -> bool:
+    """True for an info record that reports a success and names no failure ("Exiting with a
+    successfully compiled graph"): the message of a logged exception never does, so the
+    traceback after it is the process's own."""
+    lowered = record.lower()
+    return (_SUCCESS_RE.search(lowered) is not None
+            and _FAILURE_WORD_RE.search(lowered) is None)
 
 
 def _metrics(record: str) -> bool:
