@@ -183,6 +183,7 @@ class TestChineseLocale:
         ("已放弃 (核心已转储)", "SIGABRT"),
         ("总线错误", "SIGBUS"),
         ("浮点数例外 (核心已转储)", "SIGFPE"),
+        ("./chat.sh: 第 18 行： 57623 段错误               （核心已转储） ./main -m x.gguf", "SIGSEGV"),
     ], ids=lambda v: v[:12])
     def test_shell_reports_in_a_chinese_locale(self, line: str, signal: str) -> None:
         """glibc's and bash's zh_CN catalogues: the same reports, translated."""

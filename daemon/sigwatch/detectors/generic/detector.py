@@ -133,7 +133,9 @@ BENIGN_WORDS = (
     # a fallback the message names ("couldn't chdir to X: ...: going to /tmp instead"), and
     # Slurm's notice that a step touched its memory limit and was swapped, not killed
     r"|\b(?:going to|using|falling back to) \S{1,120} instead\b"
-    r"|exceeded (?:step|job) memory limit at some point")
+    r"|exceeded (?:step|job) memory limit at some point"
+    # slurmstepd reading a process that has just exited (its /proc entry is gone)
+    r"|_is_a_lwp: open\(\) /proc/")
 _EXIT_RE = re.compile(literal_first(EXIT_WORDS))
 _STRONG_RE = re.compile(literal_first(STRONG_WORDS))
 _BENIGN_RECORD_RE = re.compile(literal_first(BENIGN_WORDS))

@@ -602,6 +602,10 @@ class TracebackReport(Report):
         quiet = self._quiet()
         if quiet:
             return Outcome(None, quiet)
+        top = self.tbs[0].top if len(self.tbs) == 1 else None
+        if top is not None and top.func in _PRINTING_CALLERS and top.path.endswith(
+                _PRINTING_CALLERS[top.func]):
+            return Outcome(None, f"printed and passed over by {top.func}")
         if not last.failure:
             return Outcome(None, f"{last.cls} is not a failure")
         if self.continued and not self.ended:
@@ -619,6 +623,11 @@ class TracebackReport(Report):
                        context=self.preceding.context, evidence=self.ended,
                        lines=tuple(self.lines))
 
+
+# Standard library functions that catch what their callbacks raise, print its traceback and go
+# on: a traceback whose outermost frame is one of them ended nothing (multiprocessing's
+# finalizers at exit unlinking a semaphore that is already gone, for instance).
+_PRINTING_CALLERS = {"_run_finalizers": "multiprocessing/util.py"}
 
 _THREAD_HEAD_RE = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]{1,16}"
                              r"(?: \[[^\]]{0,60}\])? \(most recent call first\):|^Stack \(most "
