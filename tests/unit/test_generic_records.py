@@ -211,6 +211,8 @@ class TestSeverityRules:
         "partially swapped out to disk.",
         "...    x_gpu_0 * 2  # ERROR: trying to use x_gpu_0 on GPU 1",
         ">>> raise RuntimeError('CUDA error: demo')  # ERROR on purpose",
+        "slurmstepd: error: _is_a_lwp: open() /proc/27133/status failed: No such file or "
+        "directory",
     ], ids=lambda v: v[:30])
     def test_retries_counters_deprecations_and_known_noise_are_quiet(self, line: str) -> None:
         """Records that report no failure make no detection at all."""

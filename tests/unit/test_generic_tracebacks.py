@@ -395,6 +395,34 @@ class TestTracebacksThatEndNothing:
 
         assert [] == loud(found)
 
+    def test_a_traceback_printed_by_multiprocessings_finalizers_is_quiet(self) -> None:
+        """``multiprocessing.util._run_finalizers`` prints what a finalizer raised at exit and
+        goes on: the run had ended (here with MLPerf's success status)."""
+        found = generic_scan(text_of('''
+            :::MLLOG {"key": "status", "value": "success"}
+            Traceback (most recent call last):
+              File "/usr/lib/python3.10/multiprocessing/util.py", line 300, in _run_finalizers
+                finalizer()
+              File "/usr/lib/python3.10/multiprocessing/synchronize.py", line 87, in _cleanup
+                sem_unlink(name)
+            FileNotFoundError: [Errno 2] No such file or directory
+            '''))
+
+        assert [] == loud(found)
+
+    def test_the_same_exception_from_the_users_code_is_reported(self) -> None:
+        """Only the printing caller is passed over, not the exception class."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/app/train.py", line 30, in <module>
+                cleanup()
+              File "/usr/lib/python3.10/multiprocessing/synchronize.py", line 87, in _cleanup
+                sem_unlink(name)
+            FileNotFoundError: [Errno 2] No such file or directory
+            '''))
+
+        assert "FileNotFoundError" == dict(only(found, TB).captures)["exception"]
+
     def test_a_traceback_logged_at_info_by_glog_is_quiet(self) -> None:
         """absl's ``I0101 ...`` record just before the traceback is a low level."""
         found = generic_scan(text_of('''

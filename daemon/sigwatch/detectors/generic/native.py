@@ -94,8 +94,8 @@ _SHELL_WORD = (r"(?P<word>Segmentation fault|Bus error|Floating point exception|
                r"|追踪与中断点陷阱|已终止)")
 _ZSH_WORD = (r"(?P<zword>segmentation fault|bus error|floating point exception"
              r"|illegal hardware instruction|abort|killed|trace trap|terminated|hangup)")
-# bash's "line N:" (zh_CN: "行 N:", newer catalogues "第 N 行：" with a full-width colon)
-_LINE_NO = r"(?:line \d{1,7}|行 \d{1,7}|第 ?\d{1,7} ?行)[:：]"
+# bash's "line N:" (zh_CN: "行 N:", newer catalogues "第 N 行" and a full-width colon, U+FF1A)
+_LINE_NO = r"(?:line \d{1,7}|行 \d{1,7}|第 ?\d{1,7} ?行)[:\uff1a]"
 _SHELL_RE = re.compile(
     # bash: the report alone, with a job number, or "script: line N: PID <word>  command"
     # (``at``: bash pads the description to a column, wider in a zh_CN locale where it counts
@@ -104,7 +104,7 @@ _SHELL_RE = re.compile(
     r"^(?:[\w.:/-]{1,40} \| ){0,3}(?:\[\d{1,4}\][+-]? +)?"
     r"(?:(?P<at>\S{1,200}: " + _LINE_NO + r" *\d{1,10} +)"
     r"|(?:\S{1,200}: " + _LINE_NO + r" *)?(?:\d{1,10} +)?)"
-    + _SHELL_WORD + r"(?P<core> {0,40}[(（](?:core dumped|核心已转储)[)）])?"
+    + _SHELL_WORD + r"(?P<core> {0,40}[(\uff08](?:core dumped|核心已转储)[)\uff09])?"
     r"(?:(?(at)[ \t]+|(?: {2,}|\t))\S.{0,4000})?[ \t]*$"
     # zsh: "zsh: segmentation fault (core dumped)  python x.py", "[1]  1234 killed  python"
     r"|^(?:zsh: |\[\d{1,4}\] +\d{1,10} )" + _ZSH_WORD + r"(?: \(core dumped\))? +\S")
