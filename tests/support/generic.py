@@ -57,11 +57,13 @@ def text_of(block: str) -> str:
 
 def generic_scan(text: str, *, library: PatternSet = NO_SIGNATURES,
                  pieces: Sequence[int] = (), clock: FakeClock | None = None,
-                 mode: str = "chunk", close: bool = True, kind: str = "scan") -> list[Detection]:
+                 mode: str = "chunk", close: bool = True, kind: str = "scan",
+                 wait: float = 0.0) -> list[Detection]:
     """Every detection of the pipeline (signatures of ``library`` and the generic layer).
 
     ``pieces``: feed the bytes in pieces of these sizes (cycled), as a tail reads a growing
-    file; ``close``: end the stream at the end (as ``scan`` does).
+    file; ``wait``: then let this many seconds pass with nothing read (the daemon's tick runs);
+    ``close``: end the stream at the end (as ``scan`` does).
     """
     clock = clock or FakeClock()
     sink = CollectingSink()
@@ -80,6 +82,9 @@ def generic_scan(text: str, *, library: PatternSet = NO_SIGNATURES,
     else:
         pipeline.process(1, framer.feed(data))
     pipeline.process(1, framer.finish())
+    if wait:
+        clock.advance(wait)
+        pipeline.tick()
     if close:
         pipeline.finish(1)
     return list(sink.detections)

@@ -235,6 +235,8 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
     ("Process exited with exit code 137", "return code 134",
      "Job exited with error code 137"),
     ("[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x45d2a1]",),
+    ("SIGSEGV: segmentation violation", "2025-03-05 08:58:42 SIGABRT: abort"),
+    ("!!!!!!! Segfault encountered !!!!!!!",),
     ("MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",),
     ("*** An error occurred in MPI_Init_thread",
      "MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,",
@@ -364,15 +366,18 @@ class TestShellReportsAsPagesAndTerminalsShowThem:
         "135 | 1534166953117 | /usr/local/bin/train.sh: line 18:    36 Killed                  "
         "python3 convolutional_network.py --trainImagesFile x.gz",
         "job-7 | Segmentation fault (core dumped)",
+        "llm_load_tensors: ......................................Segmentation fault (core dumped)",
     ], ids=lambda v: v[:40])
     def test_the_report_through_markup_or_glued_to_a_progress_bar(self, line: str) -> None:
-        """A page's bold or code span; a tqdm bar redrawn with ``\\r`` that never ended its
-        line before the shell reported the death; a log viewer's columns before it."""
+        """A page's bold or code span; a tqdm bar redrawn with ``\\r`` (or a loader's row of
+        dots) that never ended its line before the shell reported the death; a log viewer's
+        columns before it."""
         assert _crash(line + "\n")["kind"] == "signal"
 
     @pytest.mark.parametrize("line", [
         "**Killed 3 stale workers**",
         "10/10 [00:01<00:00, 9.12it/s] Killed 3 stale workers",
+        "Loading ... Killed 3 stale workers",
         "Loading checkpoint shards: 100%|██████████| 8/8 [00:09<00:00,  1.2s/it]",
         "135 | 1534166953117 | Killed 3 stale workers",
         "Signal: Segmentation fault (11) is what the handler prints; ours printed nothing",

@@ -524,14 +524,68 @@ class TestTracebacksThatEndNothing:
 
             assert [] == loud(found), last
 
-    def test_a_traceback_cut_before_its_exception_line_is_quiet(self) -> None:
-        """No exception line: nothing says what happened."""
+    def test_a_traceback_cut_before_its_exception_line_then_more_output_is_quiet(self) -> None:
+        """No exception line, and the rank's output went on: nothing says anything ended."""
         found = generic_scan(text_of('''
             Traceback (most recent call last):
               File "train.py", line 10, in <module>
                 import foo
               (traceback printed for debugging only)
             '''))
+
+        assert [] == loud(found)
+
+
+class TestATracebackWhoseOutputStopsInsideItsFrames:
+    """A process killed or hung while printing its traceback (or a log cut there) leaves frames
+    and no exception line: a warning that names where it stopped."""
+
+    CUT = text_of('''
+        [W228 18:45:15.741177013 socket.cpp:487] [c10d] waitForInput: socket timed out after 900000ms
+        Traceback (most recent call last):
+          File "/workspace/train.py", line 52, in <module>
+            main(args)
+          File "/workspace/train.py", line 46, in main
+            dist.init_process_group("nccl")
+          File "/opt/conda/lib/python3.10/site-packages/torch/distributed/c10d_logger.py", line 79, in wrapper
+            return func(*args, **kwargs)
+        ''')
+
+    def test_the_stream_ending_inside_the_frames_is_a_warning_naming_both_frames(self) -> None:
+        """The innermost frame is where it was raised; the user's frame is what to read."""
+        found = generic_scan(self.CUT)
+
+        d = only(found, TB)
+        assert Severity.WARNING == d.severity
+        assert "return func(*args, **kwargs)" == d.text.strip()
+        assert ("cut_traceback" == dict(d.labels)["shape"])
+        assert {"frame": "/workspace/train.py:46 in main",
+                "innermost": ("/opt/conda/lib/python3.10/site-packages/torch/distributed/"
+                              "c10d_logger.py:79 in wrapper")} == dict(d.captures)
+
+    def test_the_daemon_reports_it_when_the_hold_passes_with_no_more_output(self) -> None:
+        """A tail that stays open: no line for the hold is the output having stopped."""
+        assert [] == loud(generic_scan(self.CUT, close=False))
+
+        found = generic_scan(self.CUT, close=False, wait=60.0)
+
+        assert "/workspace/train.py:46 in main" == dict(only(found, TB).captures)["frame"]
+
+    def test_read_in_pieces_it_is_the_same_detection(self) -> None:
+        found = generic_scan(self.CUT, pieces=(7, 31, 2))
+
+        assert "/workspace/train.py:46 in main" == dict(only(found, TB).captures)["frame"]
+
+    def test_with_its_exception_line_it_is_the_usual_error(self) -> None:
+        found = generic_scan(self.CUT + "torch.distributed.DistStoreError: timed out\n")
+
+        d = only(found, TB)
+        assert Severity.ERROR == d.severity
+        assert "traceback" == dict(d.labels)["shape"]
+
+    def test_a_test_harness_printing_a_cut_traceback_stays_quiet(self) -> None:
+        found = generic_scan("============================= test session starts "
+                             "==============================\n" + self.CUT)
 
         assert [] == loud(found)
 

@@ -75,7 +75,8 @@ FAILED_CHECK = "generic_failed_check"
 GENERIC_SIGNATURES = (TRACEBACK, NATIVE_CRASH, ERROR_RECORD, FAILED_CHECK)
 """The ``signature`` values the generic layer emits (a closed set)."""
 
-SHAPES = {"traceback": "fallout", "exception": "fold", "faulthandler": "fallout",
+SHAPES = {"traceback": "fallout", "exception": "fold", "cut_traceback": "fold",
+          "faulthandler": "fallout",
           "native_crash": "fold", "error_record": "fold", "failed_check": "fold"}
 """Each shape (the ``shape`` label) and what a signature detected on the same line does to it:
 ``fold`` drops the generic detection, ``fallout`` keeps it as fallout naming the signature (a
@@ -215,6 +216,15 @@ class _Found:
     wait: bool = False  # wait a few lines: raised to a warning if the process ends after it
 
 
+_CUT_REMEDY = Remediation(
+    summary=("A Python traceback's output stopped before its exception line: the process was "
+             "killed or hung while printing it, or its output was cut."),
+    steps=(
+        ("Look for what ended the process at that time: the kernel log (the OOM killer), the "
+         "launcher's and the scheduler's reports."),
+        "Read the innermost frame: the exception was raised there.",
+    ),
+    action="investigate")
 _TB_REMEDY = Remediation(
     summary="A Python process (or thread) ended on an uncaught exception.",
     steps=(
@@ -324,7 +334,7 @@ class GenericDetector:
                 del self._groups[st.group]
         out: list[Detection] = []
         for report in list(st.reports.values()):
-            out.extend(self._finish(st, report))
+            out.extend(self._finish(st, report, ended=True))
         st.reports.clear()
         out.extend(self._settle(st, "close"))
         return out
@@ -335,7 +345,7 @@ class GenericDetector:
             for rank, report in list(st.reports.items()):
                 if report.deadline is not None and report.deadline <= now:
                     del st.reports[rank]
-                    out.extend(self._finish(st, report))
+                    out.extend(self._finish(st, report, ended=True))
             out.extend(self._settle(st, "time", now=now))
         return out
 
@@ -589,11 +599,15 @@ class GenericDetector:
 
     # -- findings -------------------------------------------------------------------------------
 
-    def _finish(self, st: _StreamState, report: Report) -> list[Detection]:
+    def _finish(self, st: _StreamState, report: Report, *, ended: bool = False,
+                ) -> list[Detection]:
+        """``ended``: the rank's output stopped there (its stream closed, or the hold passed
+        with the report still open), not another reading taking its place."""
         if isinstance(report, TracebackReport):
             outcome = report.outcome()
             if outcome.exc is None:
-                return []
+                cut = report.cut() if ended else None
+                return self._emit(st, self._cut_traceback(report, *cut)) if cut else []
             return self._emit(st, self._traceback(outcome))
         if isinstance(report, FaultReport):
             st.crash_until = report.line.lineno + self.crash_lines
@@ -643,6 +657,24 @@ class GenericDetector:
                       captures=tuple(captures), facts=tuple(facts), owner=owner,
                       labels=(("layer", "generic"), ("shape", shape)),
                       context=outcome.lines)
+
+    def _cut_traceback(self, report: TracebackReport, innermost: Frame,
+                       user: Frame | None) -> _Found:
+        """A traceback whose output stopped before its exception line: the process died or
+        hung while printing it (a kill, a full pipe), or the log was cut there."""
+        frame = user or innermost
+        captures: list[tuple[str, str]] = [("frame", frame.describe())]
+        if user is not None and user is not innermost:
+            captures.append(("innermost", innermost.describe()))
+        key = "|".join(("cut", _frame_key(frame)))
+        summary = clip(f"a traceback stopped at {innermost.describe()} before its exception "
+                       "line", 300)
+        return _Found(TRACEBACK, "Python Traceback Cut Off Before Its Exception",
+                      Severity.WARNING, report.last_read, "traceback", key,
+                      _with_summary(_CUT_REMEDY, summary), captures=tuple(captures),
+                      facts=tuple(captures), owner="unknown",
+                      labels=(("layer", "generic"), ("shape", "cut_traceback")),
+                      context=tuple(report.lines))
 
     def _faulthandler(self, report: FaultReport) -> _Found:
         frame = report.frame()

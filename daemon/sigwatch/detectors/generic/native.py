@@ -110,8 +110,9 @@ _SHELL_RE = re.compile(
     r"|^(?:zsh: |\[\d{1,4}\] +\d{1,10} )" + _ZSH_WORD + r"(?: \(core dumped\))? +\S")
 # The shell's report glued to the end of a progress bar (tqdm's ``n/N [elapsed<left, rate]``)
 # that was redrawn with ``\r`` and never ended its line before the process died.
+# (Or to a loader's row of progress dots: llama.cpp's "....Segmentation fault (core dumped)".)
 _GLUED_RE = re.compile(
-    r"\d/\d{1,12} \[[\d:<?]{4,24}(?:, [^\]]{0,60})?\]" + _SHELL_WORD
+    r"(?:\d/\d{1,12} \[[\d:<?]{4,24}(?:, [^\]]{0,60})?\]|\.{3})" + _SHELL_WORD
     + r"(?P<core> ?\((?:core dumped|核心已转储)\))?\s*$")
 _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(rx)) for kind, rx in (
@@ -163,6 +164,14 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                     r"|returncode)"
                     r"\s*[:=]?\s*(?P<code>1[3-5]\d)\b")),
         ("signal", r"\[signal (?P<sig>SIG[A-Z]{2,6}): "),
+        # Go's runtime on a fatal signal (a cgo library crashed: Ollama's runner, device
+        # plugins): "SIGSEGV: segmentation violation", "SIGABRT: abort", then "PC=... m=N"
+        ("signal", (r"^(?:[\d/:.,T+-]{4,32} ){0,2}(?P<sig>SIG(?:SEGV|ABRT|BUS|FPE|ILL|TRAP|SYS)): (?:segmentation "
+                    r"violation|abort|bus error|floating-point exception|illegal instruction"
+                    r"|trace/breakpoint trap|bad system call)\s*$")),
+        # a fatal-signal handler's banner ("!!!!!!! Segfault encountered !!!!!!!", then the
+        # native frames as ``File "<unknown>", line 0, in ...``)
+        ("signal", r"!{3,} ?(?P<segv>Segfault) encountered ?!{3,}"),
         ("abort", r"MPI_ABORT was invoked on rank \d{1,7}"),
         # the MPI error handlers: Open MPI's "*** An error occurred in MPI_Init ...
         # MPI_ERRORS_ARE_FATAL", MPICH's "Abort(1234) on node 7 (rank 7 in comm 0): Fatal error"
@@ -228,7 +237,9 @@ _PHRASE_HINTS = re.compile("|".join(re.escape(hint) for hint in (
     "segfault at", "general protection fault", "divide error", "invalid opcode",
     "stack segment", "int3", "process exited", "OOMKilled", "CrashLoopBackOff",
     "Back-off restarting", "panic", "fatal error: ", "Exception in thread",
-    "status failed cmd", "EXIT CODE", "terminated normally", "_ret", "aborted")))
+    "status failed cmd", "EXIT CODE", "terminated normally", "_ret", "aborted", "SIGSEGV: ",
+    "SIGABRT: ", "SIGBUS: ", "SIGFPE: ", "SIGILL: ", "SIGTRAP: ", "SIGSYS: ",
+    "Segfault encountered")))
 
 
 # A C++ exception's own report of where it was thrown: c10::Error's what() (PyTorch, and the
@@ -279,6 +290,8 @@ def match_crash(text: str, *, hints: bool = True) -> Crash | None:
             return Crash("exit", None, clip(text, 200), status=status)
         if groups.get("sword"):
             number = _SHELL_WORDS.get(str(groups["sword"]).lower())
+        if groups.get("segv"):
+            number = 11
         if groups.get("code"):
             number = int(groups["code"]) - 128
             if number not in SIGNALS:
@@ -289,7 +302,8 @@ def match_crash(text: str, *, hints: bool = True) -> Crash | None:
         if groups.get("kseg") or groups.get("ktrap"):
             number = _KERNEL_TRAPS.get(str(groups.get("ktrap") or "segfault"), 11)
         summary = text
-        if number is not None and kind in ("signal", "signalled"):
+        if (number is not None and kind in ("signal", "signalled")
+                and signal_name(number) not in text):
             summary = f"{signal_name(number)}: {text}"
         kernel = "Killed process" in found.group() or bool(groups.get("kseg")
                                                             or groups.get("ktrap"))

@@ -438,6 +438,9 @@ class TracebackReport(Report):
         self.ended = ""
         self.linked = False  # a chain marker was read since the last exception line
         self.after_frame = False  # the last line read was a frame (its source line may follow)
+        self.last_read = first  # the last line of the traceback read (a cut one ends there)
+        self.trailing = 0  # lines of its rank read since then that were not the traceback's
+        self.headed = exc is None and HEADER_RE.search(first.text) is not None
         if exc is not None:
             self.tbs[0].exception = Exc(exc.cls, exc.message, first, exc.inner)
             if frames:
@@ -456,6 +459,9 @@ class TracebackReport(Report):
         consumed = self._read(line, now, after_frame=was_frame)
         if consumed and self.state == "frames":
             self.lines.append(line.text)
+            self.last_read, self.trailing = line, 0
+        elif not consumed:
+            self.trailing += 1
         return consumed
 
     def _read(self, line: LineIn, now: float, *, after_frame: bool = False) -> bool:
@@ -593,6 +599,25 @@ class TracebackReport(Report):
             if tb.exception is not None:
                 return tb.exception
         return None
+
+    def cut(self) -> tuple[Frame, Frame | None] | None:
+        """A traceback whose output ended inside its frames (its stream closed, or no line
+        came for the hold): (its innermost frame, the innermost frame of the user's code).
+        None when it has an exception line, no header (frames alone may be a native stack
+        printed the Python way), no frame, a line of its rank after it (the output went on:
+        nothing ended there), or is quiet for another reason."""
+        if (not self.headed or self.state != "frames" or self._last() is not None
+                or self.continued or self.trailing):
+            return None
+        frames = [f for tb in self.tbs for f in tb.frames]
+        if not frames or self._quiet():
+            return None
+        top = self.tbs[0].top
+        if top is not None and top.func in _PRINTING_CALLERS and top.path.endswith(
+                _PRINTING_CALLERS[top.func]):
+            return None
+        users = [f for f in frames if is_user_frame(f.path)]
+        return frames[-1], (users[-1] if users else None)
 
     def outcome(self) -> Outcome:
         """Whether to fire, on which exception, with which user frame."""
