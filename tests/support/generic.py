@@ -58,11 +58,12 @@ def text_of(block: str) -> str:
 def generic_scan(text: str, *, library: PatternSet = NO_SIGNATURES,
                  pieces: Sequence[int] = (), clock: FakeClock | None = None,
                  mode: str = "chunk", close: bool = True, kind: str = "scan",
-                 wait: float = 0.0) -> list[Detection]:
+                 wait: float = 0.0, gap: float = 0.0) -> list[Detection]:
     """Every detection of the pipeline (signatures of ``library`` and the generic layer).
 
     ``pieces``: feed the bytes in pieces of these sizes (cycled), as a tail reads a growing
-    file; ``wait``: then let this many seconds pass with nothing read (the daemon's tick runs);
+    file, ``gap`` seconds apart (the daemon's tick runs between them); ``wait``: then let this
+    many seconds pass with nothing read (the tick runs);
     ``close``: end the stream at the end (as ``scan`` does).
     """
     clock = clock or FakeClock()
@@ -79,6 +80,9 @@ def generic_scan(text: str, *, library: PatternSet = NO_SIGNATURES,
             size = pieces[turn % len(pieces)]
             pipeline.process(1, framer.feed(data[pos:pos + size]))
             pos, turn = pos + size, turn + 1
+            if gap:
+                clock.advance(gap)
+                pipeline.tick()
     else:
         pipeline.process(1, framer.feed(data))
     pipeline.process(1, framer.finish())

@@ -181,10 +181,13 @@ class TestSeverityRules:
         "2024-05-01 10:00:00 - w - ERROR - Error running aggregate: [Errno 24] Too many open "
         "files",
         "ERROR:runner:Execution of replica 0 failed: Resource exhausted: Out",
+        "2024-05-01 10:00:00,123 - io - ERROR - read timed out, retrying (attempt 5/5)",
+        "2025-11-08 10:07:09 ERROR router: request failed, retrying... (attempt 60 of 60)",
     ], ids=lambda v: v[:30])
     def test_an_exit_or_exhausted_resource_makes_an_unknown_component_a_warning(
             self, line: str) -> None:
-        """The process ended, or ran out of memory, files or disk."""
+        """The process ended, or ran out of memory, files, disk or its retries (the last
+        attempt failed)."""
         severity, _captures = _record(line)
 
         assert Severity.WARNING == severity

@@ -571,6 +571,15 @@ class TestATracebackWhoseOutputStopsInsideItsFrames:
 
         assert "/workspace/train.py:46 in main" == dict(only(found, TB).captures)["frame"]
 
+    def test_a_traceback_printed_slowly_is_not_cut_while_its_lines_keep_coming(self) -> None:
+        """Each line 4 s after the last (the hold is 10 s): one error, no cut warning."""
+        text = self.CUT + "torch.distributed.DistStoreError: timed out\n"
+        lines = [len(line) + 1 for line in text.splitlines()]
+
+        found = generic_scan(text, pieces=lines, gap=4.0)
+
+        assert ["traceback"] == [dict(d.labels)["shape"] for d in loud(found)]
+
     def test_read_in_pieces_it_is_the_same_detection(self) -> None:
         found = generic_scan(self.CUT, pieces=(7, 31, 2))
 

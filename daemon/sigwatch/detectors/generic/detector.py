@@ -140,6 +140,8 @@ BENIGN_WORDS = (
 _EXIT_RE = re.compile(literal_first(EXIT_WORDS))
 _STRONG_RE = re.compile(literal_first(STRONG_WORDS))
 _BENIGN_RECORD_RE = re.compile(literal_first(BENIGN_WORDS))
+# "retrying... (attempt 60/60)": the last attempt failed, the retries ran out (not benign).
+_LAST_ATTEMPT_RE = re.compile(r"\battempt (\d{1,4})\s*(?:/|of)\s*\1\b")
 
 # Exceptions of the language itself: raised from the user's own frame they are the job's bug
 # (a framework's or runtime's exception may be the node's or the fabric's: owner unknown).
@@ -728,7 +730,8 @@ class GenericDetector:
                 codes: list[Code] | None = None) -> _Found | None:
         message = record.message
         lowered = message.lower()
-        if _BENIGN_RECORD_RE.search(lowered):
+        exhausted = "attempt" in lowered and _LAST_ATTEMPT_RE.search(lowered) is not None
+        if not exhausted and _BENIGN_RECORD_RE.search(lowered):
             return None
         component = classify(record)
         if codes is None:
@@ -739,7 +742,7 @@ class GenericDetector:
             severity = Severity.INFO  # a test harness's captured log: the test's, not the node's
         elif record.level == "fatal":
             severity = Severity.ERROR
-        elif (component != "other" or codes or _EXIT_RE.search(lowered)
+        elif (component != "other" or codes or exhausted or _EXIT_RE.search(lowered)
               or _STRONG_RE.search(lowered)):
             severity = Severity.WARNING
         else:

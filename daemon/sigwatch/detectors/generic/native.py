@@ -166,7 +166,8 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("signal", r"\[signal (?P<sig>SIG[A-Z]{2,6}): "),
         # Go's runtime on a fatal signal (a cgo library crashed: Ollama's runner, device
         # plugins): "SIGSEGV: segmentation violation", "SIGABRT: abort", then "PC=... m=N"
-        ("signal", (r"^(?:[\d/:.,T+-]{4,32} ){0,2}(?P<sig>SIG(?:SEGV|ABRT|BUS|FPE|ILL|TRAP|SYS)): (?:segmentation "
+        ("signal", (r"^(?:[\d/:.,T+-]{4,32} ){0,2}"
+                    r"(?P<sig>SIG(?:SEGV|ABRT|BUS|FPE|ILL|TRAP|SYS)): (?:segmentation "
                     r"violation|abort|bus error|floating-point exception|illegal instruction"
                     r"|trace/breakpoint trap|bad system call)\s*$")),
         # a fatal-signal handler's banner ("!!!!!!! Segfault encountered !!!!!!!", then the

@@ -460,6 +460,7 @@ class TracebackReport(Report):
         if consumed and self.state == "frames":
             self.lines.append(line.text)
             self.last_read, self.trailing = line, 0
+            self.deadline = now + self.hold  # "no line for the hold" counts from the last one
         elif not consumed:
             self.trailing += 1
         return consumed
