@@ -447,7 +447,7 @@ class TracebackReport(Report):
                 self.tbs[0].frames = frames[-MAX_FRAMES:]
                 self.tbs[0].top = frames[0]
             self.state = "after"
-        elif HEADER_RE.search(first.text) is None:
+        elif not self.headed:
             self.feed(first, now)
         else:
             self.lines.append(first.text)
@@ -610,15 +610,26 @@ class TracebackReport(Report):
         if (not self.headed or self.state != "frames" or self._last() is not None
                 or self.continued or self.trailing):
             return None
-        frames = [f for tb in self.tbs for f in tb.frames]
-        if not frames or self._quiet():
+        innermost = next((tb.frames[-1] for tb in reversed(self.tbs) if tb.frames), None)
+        if innermost is None or self._quiet() or self._printing_caller():
             return None
-        top = self.tbs[0].top
+        return innermost, self._user_frame()
+
+    def _printing_caller(self) -> str:
+        """The standard-library caller that printed this traceback and went on ("" if none)."""
+        top = self.tbs[0].top if len(self.tbs) == 1 else None
         if top is not None and top.func in _PRINTING_CALLERS and top.path.endswith(
                 _PRINTING_CALLERS[top.func]):
-            return None
-        users = [f for f in frames if is_user_frame(f.path)]
-        return frames[-1], (users[-1] if users else None)
+            return top.func
+        return ""
+
+    def _user_frame(self) -> Frame | None:
+        """The innermost frame of the user's code, in the last traceback that has one."""
+        for tb in reversed(self.tbs):
+            users = [f for f in tb.frames if is_user_frame(f.path)]
+            if users:
+                return users[-1]
+        return None
 
     def outcome(self) -> Outcome:
         """Whether to fire, on which exception, with which user frame."""
@@ -628,22 +639,16 @@ class TracebackReport(Report):
         quiet = self._quiet()
         if quiet:
             return Outcome(None, quiet)
-        top = self.tbs[0].top if len(self.tbs) == 1 else None
-        if top is not None and top.func in _PRINTING_CALLERS and top.path.endswith(
-                _PRINTING_CALLERS[top.func]):
-            return Outcome(None, f"printed and passed over by {top.func}")
+        caller = self._printing_caller()
+        if caller:
+            return Outcome(None, f"printed and passed over by {caller}")
         if not last.failure:
             return Outcome(None, f"{last.cls} is not a failure")
         if self.continued and not self.ended:
             return Outcome(None, f"the process went on: {self.continued}")
         excs = [tb.exception for tb in self.tbs if tb.exception is not None]
         first = excs[0]
-        frame = None
-        for tb in reversed(self.tbs):
-            users = [f for f in tb.frames if is_user_frame(f.path)]
-            if users:
-                frame = users[-1]
-                break
+        frame = self._user_frame()
         cause = first if first is not last and first.describe != last.describe else None
         return Outcome(last, cause=cause, frame=frame, chain=len(excs),
                        context=self.preceding.context, evidence=self.ended,
