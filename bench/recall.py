@@ -7,9 +7,9 @@ a Chinese-language page; English when absent) and the verbatim ``text``.
 ``at_collection`` ("caught" or "missed", optional) records what the library did with the excerpt
 when it was added, before any signature was written or changed for it: the blind figure.
 ``batch`` names the collection batch it was stamped with and ``stamped_against`` the commit of the
-library it was judged by (both written by ``--stamp``); batches sort by name, so "the last N"
-blind failures are the newest batches' (excerpts stamped before batches existed count as the
-oldest).
+library it was judged by (both written by ``--stamp``); batches sort by name with their numbers
+read as numbers (b10 after b9), so "the last N" blind failures are the newest batches' (excerpts
+stamped before batches existed count as the oldest).
 An excerpt that expects an alarm is caught when the real engine, run as ``sigwatch scan`` runs it
 (signatures and every detector, the generic layer included), makes a detection at warning or
 above (one of ``signatures`` when the file names any). A quiet excerpt must make none.
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 import tomllib
 from collections import defaultdict
@@ -330,10 +331,16 @@ def _blind(excerpts: Sequence[Excerpt]) -> Blind:
                  len(healthy), sum(e.at_collection == "caught" for e in healthy))
 
 
+def batch_key(batch: str) -> tuple[tuple[int, int | str], ...]:
+    """A batch name's collection order: its numbers compared as numbers ("b10" after "b9")."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part)
+                 for part in re.split(r"(\d+)", batch) if part)
+
+
 def blind_order(excerpts: Sequence[Excerpt]) -> list[Excerpt]:
     """Stamped excerpts in collection order: by batch (unnamed first), then by file."""
     stamped = [e for e in excerpts if e.at_collection]
-    return sorted(stamped, key=lambda e: (e.batch, str(e.path)))
+    return sorted(stamped, key=lambda e: (batch_key(e.batch), str(e.path)))
 
 
 def blind_figures(excerpts: Sequence[Excerpt]) -> dict[str, Blind]:
@@ -341,7 +348,7 @@ def blind_figures(excerpts: Sequence[Excerpt]) -> dict[str, Blind]:
     newest ``LAST_N`` blind failures."""
     ordered = blind_order(excerpts)
     out: dict[str, Blind] = {"all batches": _blind(ordered)}
-    for batch in sorted({e.batch for e in ordered}):
+    for batch in sorted({e.batch for e in ordered}, key=batch_key):
         out[f"batch {batch or '(before batches)'}"] = _blind([e for e in ordered
                                                               if e.batch == batch])
     for kind in sorted({e.kind for e in ordered}):

@@ -128,6 +128,22 @@ class TestCorpusShape:
         assert recall.LAST_N == figures["lang zh"].caught
         assert recall.LAST_N == figures["kind blog"].failures
 
+    def test_batches_sort_by_their_numbers(self, tmp_path: Path) -> None:
+        """b10 is collected after b9 (a plain string sort would put it after b1): its
+        failures are the newest."""
+        def excerpt(name: str, batch: str, outcome: str) -> recall.Excerpt:
+            return recall.Excerpt(tmp_path / f"{name}.toml", "https://e.org", "issue", "c",
+                                  "alarm", (), "t", outcome, "en", batch, "")
+        b9 = [excerpt(f"a{i:03}", "b9-2026-11-27", "missed") for i in range(recall.LAST_N)]
+        b10 = [excerpt(f"z{i:03}", "b10-2026-11-27", "caught") for i in range(recall.LAST_N)]
+        b2 = [excerpt(f"m{i:03}", "b2-2026-11-26", "missed") for i in range(3)]
+
+        figures = recall.blind_figures(b10 + b2 + b9)
+
+        assert 1.0 == figures[f"last {recall.LAST_N} failures"].recall
+        assert ["batch b2-2026-11-26", "batch b9-2026-11-27", "batch b10-2026-11-27"] == [
+            k for k in figures if k.startswith("batch ")]
+
     def test_lang_outside_the_known_set_is_an_error_naming_the_file(
             self, tmp_path: Path) -> None:
         bad = tmp_path / "x" / "bad.toml"

@@ -85,6 +85,11 @@ class TestFailedChecks:
         ("========= ERROR SUMMARY: 3 errors", "compute-sanitizer"),
         ("100.0%  proc'd: 1812 (40196 Gflop/s)   errors: 18  (FAULTY)   temps: 61 C", "gpu-burn"),
         ('    "result": "FAIL",', "diagnostic"),
+        ("========= Invalid __global__ write of size 4 bytes", "compute-sanitizer"),
+        ("| Result                        | Fail                                         |",
+         "diagnostic"),
+        ("|                               | Result: Fail                                 |",
+         "diagnostic"),
     ], ids=lambda v: v[:30])
     def test_summary_lines_of_failed_runs(self, line: str, tool: str) -> None:
         """Counts above zero, FAULTY, a JSON result of FAIL."""
@@ -114,6 +119,8 @@ class TestPassingDiagnosticsAreQuiet:
             ========= ERROR SUMMARY: 0 errors
             100.0%  proc'd: 1812 (40196 Gflop/s)   errors: 0   temps: 61 C
             {"result": "PASS", "status": "ok"}
+            | Result                        | Pass                                         |
+            | Software Library              | Result: Pass                                 |
             '''))
 
         assert [] == loud(found)

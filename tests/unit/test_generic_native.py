@@ -220,11 +220,14 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
      "[F socket.cpp:42] CHECK failed: fd >= 0"),
     ("python: malloc.c:2379: sysmalloc: Assertion `old_size == 0' failed.",),
     ("machine:rank1: Assertion failure at psm3/ptl_am/ptl.c:196: nbytes == req->recv_msglen",),
+    ("Assertion failed in file src/mpid/ch4/src/init_comm.c at line 72: in_use == 0",
+     "Assertion failed: ptr != NULL, file C:\\src\\loader.c, line 41"),
     ("Program received signal SIGSEGV, Segmentation fault.",
      'Thread 1 "python" received signal SIGABRT, Aborted.',
      "* thread #1, name = 'python', stop reason = signal SIGSEGV"),
     ("Signal 6 (SIGABRT) received by PID 4321",),
-    ("worker 3 exited with signal SIGKILL", "rank 2 was killed by signal 9"),
+    ("worker 3 exited with signal SIGKILL", "rank 2 was killed by signal 9",
+     "x4009c5s4b0n0: rank 1 died from signal 7"),
     ("process 12 died with <Signals.SIGKILL: 9>",),
     ("[dsw-5fd5c64bc4-m25b4:02519] Signal: Segmentation fault (11)", "Signal: Aborted (6)"),
     ("2024-05-01 12:00:00 received signal SIGSEGV, terminating",),
@@ -266,6 +269,7 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
      "=   EXIT CODE: 9",
      "[INFO]: train job failed! train_ret: 1",
      "container failed with non-zero exit code: 1 (exit code 1)",
+     'message: "The replica workerpool0-0 exited with a non-zero status of 128. Termination',
      "[ERROR] ME(130371:281473296949264,MainProcess):2024-12-26-14:22:26.839.923 [mindspore/"
      "parallel/cluster/process_entity/_api.py:268] Worker process 130673 exit with exception.",
      "ERROR 2021-05-24 17:17:14,611 launch_utils.py:545] ABORT!!! Out of all 4 trainers, the "
@@ -350,6 +354,31 @@ class TestDebuggerBacktraces:
 
         assert [] == loud(found)
 
+    def test_a_signal_handlers_backtrace_symbols_through_abort(self) -> None:
+        """Open MPI's handler prints glibc's ``backtrace_symbols`` frames, each behind its
+        host and pid: the frames through ``gsignal`` and ``abort`` are the crash, named by the
+        first frame outside the C runtime (UCX's fatal-error handler here)."""
+        captures = _crash(text_of('''
+            [g07r1n14:27251] [ 0] /lib64/libpthread.so.0(+0xf5d0)[0x2aecf85c05d0]
+            [g07r1n14:27251] [ 1] /lib64/libc.so.6(gsignal+0x37)[0x2aecf8803207]
+            [g07r1n14:27251] [ 2] /lib64/libc.so.6(abort+0x148)[0x2aecf88048f8]
+            [g07r1n14:27251] [ 3] /opt/ucx/lib/libucs.so.0(ucs_fatal_error_message+0x55)[0x2aed09993405]
+            [g07r1n14:27251] [ 4] /opt/ucx/lib/libucs.so.0(+0x5b094)[0x2aed09998094]
+            '''))
+
+        assert {"kind": "abort", "signal": "SIGABRT",
+                "frame": "ucs_fatal_error_message (libucs.so.0)"} == captures
+
+    def test_backtrace_symbols_without_an_abort_is_not_a_crash(self) -> None:
+        """A stack dumped by a watchdog (no abort, no raise): nothing ended."""
+        found = generic_scan(text_of('''
+            /usr/lib/libmpi.so.12(+0x1d86514) [0x14763ac07514]
+            /usr/lib/libmpi.so.12(MPI_Barrier+0x51) [0x14763aa938b1]
+            ./app(main+0x21) [0x400a5d]
+            '''))
+
+        assert [] == loud(found)
+
     def test_a_python_raise_statement_is_not_a_gdb_frame(self) -> None:
         """``raise (`` in source text starts nothing: a frame line starts with ``#N``."""
         assert [] == loud(generic_scan("    raise (ValueError if strict else KeyError)(key)\n"))
@@ -406,6 +435,8 @@ class TestLaunchersReportingAFailureStatus:
         ("[2021-04-28T01:55:38Z] e54b4385 || INFO: container failed with non-zero exit code: "
          "container failed with non-zero exit code: 1 (exit code 1)", "1"),
         ("[2022-06-09T09:22:31.405197Z] 8de2ca81 ||   exitcode  : 1 (pid: 36)", "1"),
+        ('message: "The replica workerpool1-1 exited with a non-zero status of 1. Termination '
+         'reason: Error.', "1"),
     ], ids=lambda v: v[:40])
     def test_a_failure_status_is_a_warning_naming_it(self, line: str, status: str) -> None:
         d = only(generic_scan(line + "\n"), CRASH)

@@ -54,6 +54,8 @@ class TestFormats:
          "Launch] kernel launch failed", "cann", "error"),
         ("[TRT] [E] 1: [defaultAllocator.cpp::deallocate::35] Error Code 1: Cuda Runtime",
          "bracket", "error"),
+        ("2024-11-25 09:13:08 [11,526ms] [Error] [omni.physx.plugin] PhysX error: Fetching GPU "
+         "Narrowphase failed! 700", "bracket", "error"),
         ("[TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp", "bracket", "error"),
         ("[19:08:34.164986][PASS_MANAGER          ][error][tid:44F8A] Graph optimization failed",
          "bracket", "error"),

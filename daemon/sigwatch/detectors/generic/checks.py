@@ -10,8 +10,9 @@
   and other tools' JSON, as ``"result": "FAIL"``);
 - nccl-tests: a non-zero ``#wrong`` column in the result table (read with the table's own
   header, see ``NcclTable``) and ``# Out of bounds values : N FAILED``;
-- compute-sanitizer / cuda-memcheck ``ERROR SUMMARY: N errors`` with N > 0; gpu-burn's
-  ``FAULTY``;
+- compute-sanitizer / cuda-memcheck ``ERROR SUMMARY: N errors`` with N > 0, and each error's
+  own report (``========= Invalid __global__ write of size 4 bytes``); gpu-burn's ``FAULTY``;
+- a diagnostic's overall result ``Fail`` (xpu-smi diag's ``| Result | Fail |``);
 - health-check runners (LBNL NHC, slurmd's ``error: health_check failed: rc:1 output:...``,
   and the wrappers clouds ship around NHC: ``ERROR: nhc: Health check failed: ...``, ``Node
   Health Checks failed - ... - Check check_x returned 127``): a health check that failed, or a
@@ -63,6 +64,16 @@ _JSON_RESULT_RE = re.compile(
     r"|Critical)\"")
 _OUT_OF_BOUNDS_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+FAILED")
 _SANITIZER_RE = re.compile(r"^=+ ERROR SUMMARY: (?P<n>\d+) errors?")
+# compute-sanitizer's (cuda-memcheck's) own report of each error, before its summary (a run cut
+# short, or a log that ends before the summary): "========= Invalid __global__ write of size 4
+# bytes" (an API call's error, "Program hit cudaError...", may be one the program handles).
+_SANITIZER_ERROR_RE = re.compile(
+    r"^=+ (?P<what>Invalid __(?:global|shared|local)__ (?:read|write|atomic) of size \d{1,6})")
+# A diagnostic's overall result as a table row or a key-value line (xpu-smi diag's "| Result |
+# Fail |", an item's "| Result: Fail |").
+_RESULT_FAIL_RE = re.compile(
+    r"(?:^|\|)\s*(?:Overall )?(?P<key>Result|Test Result)\s*[|:]\s*(?P<result>Fail(?:ed)?|FAIL(?:ED)?)"
+    r"\s*(?:\||$)")
 # Health-check runners. Retries are answers to a poll, not a verdict; a counter at 0 says
 # nothing failed.
 _HEALTH_FAILED_RE = re.compile(
@@ -96,7 +107,7 @@ _GPU_BURN_RE = re.compile(r"\bGPU \d{1,3}: FAULTY\b|^\s*\d{1,3}\.\d+%\s+proc'd:.
 # "health" is tried on the lowered text for the one pattern that ignores case.
 _CHECK_WORDS = ("Yes", "ERR", "fi_getinfo", "<inactive>", "Alarm", "Critical", "Warning",
                 "Error", "FAIL", "WARN", "ail", "Out of bounds", "FAULTY", "heck", "EVICT",
-                "UNHEALTHY", "Unhealthy", "Abnormal", "Fault")
+                "UNHEALTHY", "Unhealthy", "Abnormal", "Fault", "Invalid __")
 
 
 def match_check(text: str, previous: str = "") -> FailedCheck | None:
@@ -136,6 +147,12 @@ def read_check(text: str, previous: str = "") -> FailedCheck | None:
     m = _SANITIZER_RE.match(text)
     if m is not None and int(m.group("n")) > 0:
         return FailedCheck("compute-sanitizer", f"{m.group('n')} errors", "error")
+    m = _SANITIZER_ERROR_RE.match(text)
+    if m is not None:
+        return FailedCheck("compute-sanitizer", clip(m.group("what"), 80), "error")
+    m = _RESULT_FAIL_RE.search(text)
+    if m is not None:
+        return FailedCheck("diagnostic", f"{m.group('key')}: {m.group('result')}", "error")
     if _GPU_BURN_RE.search(text):
         return FailedCheck("gpu-burn", "FAULTY", "error")
     m = _NCCL_TESTS_FAILURE_RE.search(text)

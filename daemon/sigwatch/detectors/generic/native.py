@@ -26,8 +26,11 @@ The forms come from the code that prints them:
   file:line (most recent call first):``, read by the detector with the message line before it;
 - debuggers: gdb's ``Thread 1 "python" received signal SIGABRT``, lldb's ``stop reason =
   signal SIGSEGV``, and a gdb backtrace through ``abort ()`` / ``raise ()`` /
-  ``std::terminate()`` (``BacktraceReport``: named by its innermost frame outside the C and
-  C++ runtimes).
+  ``std::terminate()``, or a signal handler's ``backtrace_symbols`` frames through
+  ``(gsignal+0x37)`` / ``(abort+0x148)`` (``BacktraceReport``: named by its innermost frame
+  outside the C and C++ runtimes);
+- MPI's reports: Hydra's ``rank 1 died from signal 7``, MPICH's ``Assertion failed in file
+  ... at line N: cond``.
 
 The shell's report is read through markup a page puts around it (``**Killed**``) and glued to
 the end of a progress bar that ended without a newline (``3/8 [00:02<00:03,  1.28it/s]Killed``).
@@ -114,6 +117,10 @@ _SHELL_RE = re.compile(
 _GLUED_RE = re.compile(
     r"(?:\d/\d{1,12} \[[\d:<?]{4,24}(?:, [^\]]{0,60})?\]|\.{3})" + _SHELL_WORD
     + r"(?P<core> ?\((?:core dumped|核心已转储)\))?\s*$")
+# The end of such a bar followed by more than the word: bash's full report of a script's
+# child ("...13.82it/s, loss=0.003]train.sh: line 52: 24556 Segmentation fault  (core dumped)
+# python train.py"), read by the shell's own pattern from where the bar ends.
+_BAR_END_RE = re.compile(r"\d/\d{1,12} \[[\d:<?]{4,24}(?:, [^\]]{0,60})?\](?=\S)")
 _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(rx)) for kind, rx in (
         # a launcher that was itself signalled from outside and took its workers down with it
@@ -140,11 +147,17 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("check", r"Assertion [`'](?P<what>.{1,200})[`'] failed\.?\s*$"),
         # PSM/PSM3's psmi_assert ("host:rank1: Assertion failure at psm3/ptl_am/ptl.c:196: x")
         ("check", r"(?:^|: )Assertion failure at (?P<what>[\w./-]{1,160}:\d{1,6}: \S.{0,200})"),
+        # MPICH's MPIR_Assert ("Assertion failed in file src/mpid/ch4/src/init_comm.c at line
+        # 72: in_use == 0") and the Microsoft C runtime's ("Assertion failed: p != 0, file x.c,
+        # line 12")
+        ("check", (r"\bAssertion failed in file (?P<what>\S{1,300} at line \d{1,7}: \S.{0,200})"
+                   r"|^Assertion failed: (?P<what2>\S.{0,200}), file \S{1,300}, line \d{1,7}\b")),
         # gdb (``Program received signal``, ``Thread 1 "python" received signal``) and lldb
         ("signal", (r"(?:Program|Thread \d{1,6}(?: \"[^\"]{0,60}\")?) received signal "
                     r"(?P<sig>SIG[A-Z]{2,6})|stop reason = signal (?P<sig2>SIG[A-Z]{2,6})")),
         ("signal", r"\bSignal (?P<num>\d{1,2}) \((?P<sig>SIG[A-Z]{2,6})\) received by PID"),
-        ("signal", (r"(?:exited|died|terminated|killed|was killed|exits?) (?:with|by|on) "
+        # (MPICH's Hydra: "rank 1 died from signal 7", "... died from signal 11 and dumped core")
+        ("signal", (r"(?:exited|died|terminated|killed|was killed|exits?) (?:with|by|on|from) "
                     r"(?:the )?signal[: ]+(?:(?P<sig>SIG[A-Z]{2,6})|-?(?P<num>\d{1,2})\b"
                     r"|(?P<sword>Killed|Segmentation fault|Aborted|Bus error|Terminated"
                     r"|Floating point exception|Illegal instruction))")),
@@ -198,6 +211,9 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                   r"|(?:^|\|\|)\s*exitcode\s*: (?P<st2>[1-9]\d{0,2}) \(pid"
                   # an orchestrator's report of a container (Determined, Kubeflow)
                   r"|\bfailed with (?:a )?non-zero exit (?:code|status):? (?P<st12>[1-9]\d{0,2})\b"
+                  # Vertex AI's and AI Platform's report of a replica ("The replica
+                  # workerpool0-0 exited with a non-zero status of 128.")
+                  r"|\bexited with a non-zero (?:exit )?(?:status|code) of (?P<st13>[1-9]\d{0,2})\b"
                   r"|exits with return code = (?P<st3>[1-9]\d{0,2})\b"
                   r"|Process \d{1,7} exit with status code (?P<st4>[1-9]\d{0,2})\b"
                   r"|Container rank \d{1,7} status failed cmd \[.{0,4000}?\] code "
@@ -271,6 +287,8 @@ def _number(name: str | None, num: str | None) -> int | None:
 def match_crash(text: str, *, hints: bool = True) -> Crash | None:
     """The crash ``text`` reports, or None (``hints=False``: try every phrase, for tests)."""
     m = _SHELL_RE.search(text) or _SHELL_RE.search(unmarked(text)) or _GLUED_RE.search(text)
+    if m is None and "/" in text and (bar := _BAR_END_RE.search(text)) is not None:
+        m = _SHELL_RE.match(text[bar.end():])
     if m is not None:
         word = (m.group("word") or m.group("zword") or "").lower()
         number = _SHELL_WORDS.get(word, 5 if word == "trace trap" else None)
@@ -319,12 +337,20 @@ _GDB_FRAME_RE = re.compile(
     r"^#\d{1,4} +(?:0x[0-9a-fA-F]{1,16} in )?(?P<func>\S.{0,600}?)"
     r"(?: from (?P<lib>\S{1,400})| at (?P<src>\S{1,400}))?\s*$")
 _GDB_MORE_RE = re.compile(r"^\s+(?:from ?(?P<lib>\S{1,400})|at (?P<src>\S{1,400}))\s*$")
+# glibc's ``backtrace_symbols`` form, as signal handlers print it (Open MPI's "[host:pid] [ 2]
+# /lib64/libc.so.6(abort+0x148)[0x2aecf88048f8]", UCX's " 2  /lib64/libc.so.6(abort+0x148)
+# [0x7f...]", MPICH's "/lib/libmpi.so.12(+0x1d86514) [0x14763ac07514]"): the library, the
+# function and offset in parentheses (the function may be missing), the address in brackets.
+_SYMBOLS_FRAME_RE = re.compile(
+    r"^(?:\[[^\]\s]{1,120}\] ?)?(?:\[ {0,3}\d{1,4}\] ?|\s*\d{1,4}\s+|\s+)?"
+    r"(?P<lib>[^\s()\[\]]{1,400})\((?P<func>[^()\s+]{0,400})(?P<off>\+0x[0-9a-fA-F]{1,16})?\)"
+    r" ?\[0x[0-9a-fA-F]{1,16}\]\s*$")
 # The functions a process dies through on an abort: the C library's, the C++ runtime's.
 _FATAL_FUNC_RE = re.compile(
-    r"^(?:__GI_)?(?:raise|abort)\b|^__pthread_kill|^pthread_kill\b|^std::terminate\(\)"
+    r"^(?:__GI_)?(?:raise|abort|gsignal)\b|^__pthread_kill|^pthread_kill\b|^std::terminate\(\)"
     r"|^__GI___pthread_kill|^(?:__GI_)?__assert_fail")
 _RUNTIME_FUNC_RE = re.compile(
-    r"^(?:__GI_|__libc_|__pthread_|pthread_kill|raise|abort|std::terminate|std::rethrow"
+    r"^(?:__GI_|__libc_|__pthread_|pthread_kill|raise|abort|gsignal|std::terminate|std::rethrow"
     r"|std::__|__cxxabiv1::|__gnu_cxx::|__cxa_|_Unwind_|__assert_fail|__fortify_fail"
     r"|__stack_chk_fail|__malloc_|malloc_printerr|_int_free|_int_malloc|start_thread\b"
     r"|clone3?\b|execute_native_thread_routine|\?\?)")
@@ -334,10 +360,23 @@ _RUNTIME_LIB_RE = re.compile(
 
 
 def backtrace_start(text: str) -> bool:
-    """True for a gdb backtrace frame of a function a process dies through (``abort``,
-    ``raise``, ``std::terminate``, ``__pthread_kill``, ``__assert_fail``)."""
+    """True for a backtrace frame (gdb's, or ``backtrace_symbols``') of a function a process
+    dies through (``abort``, ``raise``, ``gsignal``, ``std::terminate``, ``__pthread_kill``,
+    ``__assert_fail``)."""
+    frame = _frame(text)
+    return frame is not None and _FATAL_FUNC_RE.match(frame[0]) is not None
+
+
+def _frame(text: str) -> tuple[str, str] | None:
+    """A backtrace frame's function (as written, arguments included) and its library or
+    source, in either form; None for any other line."""
     m = _GDB_FRAME_RE.match(text)
-    return m is not None and _FATAL_FUNC_RE.match(m.group("func")) is not None
+    if m is not None:
+        return m.group("func"), m.group("lib") or m.group("src") or ""
+    m = _SYMBOLS_FRAME_RE.match(text)
+    if m is not None:  # a frame without its function is named by its offset in the library
+        return m.group("func") or (m.group("off") or "?"), m.group("lib")
+    return None
 
 
 def _function(func: str) -> str:
@@ -355,7 +394,8 @@ def _function(func: str) -> str:
 
 
 class BacktraceReport(Report):
-    """A gdb backtrace through an abort: its frames, read until a line that is not one."""
+    """A backtrace through an abort (gdb's, or a signal handler's ``backtrace_symbols``): its
+    frames, read until a line that is not one."""
 
     kind = "backtrace"
 
@@ -372,13 +412,12 @@ class BacktraceReport(Report):
             func, _where = self.frames[-1]
             self.frames[-1] = (func, more.group("lib") or more.group("src") or "")
             return True
-        m = _GDB_FRAME_RE.match(line.text)
-        if m is None:
+        frame = _frame(line.text)
+        if frame is None:
             self.finished = True
             return False
         if len(self.frames) < 64:
-            self.frames.append((_function(m.group("func")), m.group("lib") or m.group("src")
-                                or ""))
+            self.frames.append((_function(frame[0]), frame[1]))
         return True
 
     def held(self) -> int | None:

@@ -7,7 +7,7 @@ projects' own format strings:
 
 - Python ``logging``: ``ERROR:name:msg`` (``BASIC_FORMAT``) and any format that puts the level
   near the start after a timestamp and a name (``2024-.. - name - ERROR - msg``,
-  ``[2024-..][ERROR] msg``, vLLM's ``ERROR 01-02 12:00:00 [file.py:12] msg``, Ray's
+  ``[2024-..][ERROR] msg``, Omniverse Kit's ``2024-.. [11,526ms] [Error] [omni.physx] msg``, vLLM's ``ERROR 01-02 12:00:00 [file.py:12] msg``, Ray's
   ``2024-..\\tERROR worker.py:12 -- msg``, Hugging Face's ``[ERROR|file.py:12] ...``);
 - glog / absl / klog: ``E1120 12:00:00.123456  1234 file.cc:12] msg`` (and ``F``), TensorFlow's
   ``2024-..: E path/file.cc:12] msg``, PyTorch c10's ``[E socket.cpp:610] msg``;
@@ -98,6 +98,13 @@ _PYTHON_RE = re.compile(
 _BRACKET_RE = re.compile(
     r"^(?P<pre>(?:\[[^\]\[]{1,60}\]\s*){1,4})\[\s*(?P<L>[EFWID]|(?i:error|err|fatal|critical"
     r"|exception|warning|warn|info|debug|trace))\s*\]\s*(?:\[[^\]\[]{1,40}\]\s*)?(?P<msg>.*)$")
+# The same behind a date and time (NVIDIA Omniverse/Kit, Isaac Sim: ``2024-11-25 09:13:08
+# [11,526ms] [Error] [omni.physx.plugin] msg``): the level is a bracketed word in any case,
+# after at most three other bracketed fields; the field after it names the source.
+_STAMPED_BRACKET_RE = re.compile(
+    r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\s+"
+    r"(?:\[[^\]\[]{1,60}\]\s*){0,3}\[\s*(?P<L>(?i:error|fatal|critical|exception|warning|warn"
+    r"|info|debug|trace|verbose))\s*\]\s*(?:\[(?P<src>[^\]\[]{1,60})\]\s*)?(?P<msg>.*)$")
 # "<component> error ...": a library's own error line ("MIOpen(HIP): Error [BuildOcl] ...",
 # "HCCL demo error: ...", "NCCL failure common.cu:908 ...", "CUDA runtime error (59) : ...",
 # "THCudaCheck FAIL file=...") and the bare "Error: ..." of command-line tools.
@@ -276,6 +283,11 @@ def _parse(text: str) -> Record | None:
         if m is not None:
             return Record(_level(m.group("L")), "located", m.group("src"),
                           m.group("msg").strip())
+    if head == "2" and "[" in text[:60]:
+        m = _STAMPED_BRACKET_RE.match(text)
+        if m is not None:
+            level = "debug" if m.group("L").lower() == "verbose" else _level(m.group("L"))
+            return Record(level, "bracket", m.group("src") or "", m.group("msg").strip())
     m = _PYTHON_RE.match(text)
     if m is not None:
         return Record(_level(m.group("L")), "python", m.group("src"), m.group("msg").strip())
