@@ -592,6 +592,29 @@ class TestATracebackWhoseOutputStopsInsideItsFrames:
         assert Severity.ERROR == d.severity
         assert "traceback" == dict(d.labels)["shape"]
 
+    STACK = text_of('''
+          File "/opt/conda/lib/python3.10/site-packages/torch/distributed/utils.py", line 144, in _p_assert
+            traceback.print_stack()
+        Expects `BACKWARD_PRE` or `BACKWARD_POST` state but got HandleTrainingState.FORWARD
+        ''')
+
+    def test_after_a_stack_printed_without_its_header_the_cut_traceback_is_read(self) -> None:
+        """``traceback.print_stack()`` prints frames and no header: the traceback with its
+        header after them is read on its own, and cut, it is the warning."""
+        found = generic_scan(self.STACK + self.CUT)
+
+        d = only(found, TB)
+        assert ("cut_traceback", "/workspace/train.py:46 in main") == (
+            dict(d.labels)["shape"], dict(d.captures)["frame"])
+
+    def test_after_a_printed_stack_a_whole_traceback_is_its_exception(self) -> None:
+        found = generic_scan(self.STACK + self.CUT
+                             + "torch.distributed.DistStoreError: timed out\n")
+
+        d = only(found, TB)
+        assert (Severity.ERROR, "torch.distributed.DistStoreError") == (
+            d.severity, dict(d.captures)["exception"])
+
     def test_a_test_harness_printing_a_cut_traceback_stays_quiet(self) -> None:
         found = generic_scan("============================= test session starts "
                              "==============================\n" + self.CUT)

@@ -475,6 +475,13 @@ class TracebackReport(Report):
             if margin is not None:
                 text = " " * len(margin.group()) + text[margin.end():]
         header = HEADER_RE.search(text)
+        if (header is not None and not self.headed and self.state == "frames"
+                and self.tbs[-1].frames):
+            # frames read without a header (``traceback.print_stack()``, a stack a library
+            # printed as a warning) end where a traceback with its header starts: that one is
+            # read on its own (it may be cut, or end in its exception)
+            self.finished = True
+            return False
         if header is not None and (self.state == "after" or not self.tbs[-1].frames):
             if self.state == "after" and not self._joins(text, header):
                 self.finished = True  # another failure starts: this one is complete
