@@ -226,6 +226,7 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
      'Thread 1 "python" received signal SIGABRT, Aborted.',
      "* thread #1, name = 'python', stop reason = signal SIGSEGV"),
     ("Signal 6 (SIGABRT) received by PID 4321",),
+    ("SIGABRT(6), PID: 4119976, Thread 4119976:",),
     ("worker 3 exited with signal SIGKILL", "rank 2 was killed by signal 9",
      "x4009c5s4b0n0: rank 1 died from signal 7"),
     ("process 12 died with <Signals.SIGKILL: 9>",),

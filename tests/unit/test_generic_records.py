@@ -415,6 +415,14 @@ class TestLevelsOutsideTheUsualPlace:
         assert (level, source, "interconnect") == (record.level, record.source,
                                                    classify(record))
 
+    def test_ucc_names_its_module_in_two_lowercase_words(self) -> None:
+        """UCC's ``cuda mc ERROR`` after the location, as UCX's ``UCX ERROR``."""
+        record = parse_record("[1623346743.056999] [sunnyvale:56373:0] mc_cuda_wait_kernel.cu:44"
+                              "   cuda mc ERROR cuda failed with ret:400(invalid resource handle)")
+
+        assert record is not None
+        assert ("error", "mc_cuda_wait_kernel.cu") == (record.level, record.source)
+
     @pytest.mark.parametrize(("line", "level"), [
         ("libfabric:451707:1708520807::efa:cq:efa_rdm_txe_handle_error():737<warn> err: 5, "
          "message: Invalid address (7)", "error"),
@@ -426,6 +434,9 @@ class TestLevelsOutsideTheUsualPlace:
          "values", "info"),
         ("libfabric:efa:cq:rxr_cq_handle_error():120<warn> unable to write error entry",
          "error"),
+        # written by a teardown function: the job is ending, not failing
+        ("libfabric:132:1787839803::cxi:ep_ctrl:cxip_ep_close():869<warn> gpua001: Unable to "
+         "free EP object -16 : Device or resource busy", "warning"),
     ], ids=lambda v: v[:60])
     def test_libfabric_warn_records_that_report_an_error_status_are_errors(
             self, line: str, level: str) -> None:
@@ -544,6 +555,27 @@ class TestLevelsOutsideTheUsualPlace:
 
         assert Severity.WARNING == severity
         assert "node_manager.cc" == captures["source"]
+
+
+class TestCloudLogViewerLines:
+    """Google Cloud's log viewer shows every line a Vertex AI replica wrote to stderr at ERROR:
+    the level is the message's own."""
+
+    def test_progress_and_notices_on_stderr_are_not_errors(self) -> None:
+        found = generic_scan(text_of('''
+            ERROR   2022-01-26 14:19:34 +1100       workerpool0-0    31%|###       | 5974/19120 [31:21<59:25,  3.69it/s]
+            ERROR   2022-01-26 14:19:41 +1100       workerpool0-0   Configuration saved in /tmp/xlm-roberta-large/checkpoint-6000/config.json
+            INFO    2022-01-26 14:19:41 +1100       workerpool0-0   {'loss': 5.3862, 'learning_rate': 1.37e-05, 'epoch': 3.14}
+            '''))
+
+        assert [] == loud(found)
+
+    def test_a_record_with_its_own_error_level_in_the_message_is_read(self) -> None:
+        record = parse_record("ERROR   2022-01-26 14:19:41 +1100       workerpool0-0   "
+                              "2022-01-26 14:19:41,000 - train - ERROR - upload failed: denied")
+
+        assert record is not None
+        assert ("error", "train") == (record.level, record.source)
 
 
 class TestOpenMpiRuntimeRecords:

@@ -156,6 +156,9 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("signal", (r"(?:Program|Thread \d{1,6}(?: \"[^\"]{0,60}\")?) received signal "
                     r"(?P<sig>SIG[A-Z]{2,6})|stop reason = signal (?P<sig2>SIG[A-Z]{2,6})")),
         ("signal", r"\bSignal (?P<num>\d{1,2}) \((?P<sig>SIG[A-Z]{2,6})\) received by PID"),
+        # c10's FatalSignalHandler (PyTorch, TORCH_SHOW_CPP_STACKTRACES): "SIGABRT(6), PID:
+        # 4119976, Thread 4119976:" before each thread's native frames
+        ("signal", r"\b(?P<sig>SIG[A-Z]{2,6})\((?P<num>\d{1,2})\), PID: \d{1,10}, Thread \d{1,10}:"),
         # (MPICH's Hydra: "rank 1 died from signal 7", "... died from signal 11 and dumped core")
         ("signal", (r"(?:exited|died|terminated|killed|was killed|exits?) (?:with|by|on|from) "
                     r"(?:the )?signal[: ]+(?:(?P<sig>SIG[A-Z]{2,6})|-?(?P<num>\d{1,2})\b"
@@ -256,7 +259,7 @@ _PHRASE_HINTS = re.compile("|".join(re.escape(hint) for hint in (
     "Back-off restarting", "panic", "fatal error: ", "Exception in thread",
     "status failed cmd", "EXIT CODE", "terminated normally", "_ret", "aborted", "SIGSEGV: ",
     "SIGABRT: ", "SIGBUS: ", "SIGFPE: ", "SIGILL: ", "SIGTRAP: ", "SIGSYS: ",
-    "Segfault encountered")))
+    "Segfault encountered", ", PID: ")))
 
 
 # A C++ exception's own report of where it was thrown: c10::Error's what() (PyTorch, and the

@@ -27,7 +27,10 @@ projects' own format strings:
   rc_iface.c:492 UCX ERROR msg`` and Open MPI's ``[host:pid] pml_ucx.c:291 Error: msg``;
 - libfabric's ``libfabric:PID:TS::prov:subsys:func():LINE<warn> msg``: libfabric has no error
   level (warn is its highest), so a warn record that reports an error status (``err: 5``,
-  ``failed``, ``error``) is read as an error;
+  ``failed``, ``error``) is read as an error, unless a teardown function (``..._close()``,
+  ``..._free()``) wrote it;
+- Google Cloud's log viewer's lines (Vertex AI): it shows whatever a replica wrote to stderr at
+  ``ERROR``; the level is read from the message itself;
 - Go's standard ``log`` (``2018/11/27 03:44:12 msg``), which has no level, and any line of a
   stamp and a message without a level: a message that says a failure in its first words and
   names its cause (``Could not start X: <cause>``, ``Failed to X: <cause>``, ``GRPC server
@@ -127,13 +130,23 @@ _PROGRAM_RE = re.compile(
 # its levels from ucs/debug/log_def.h) and Open MPI's ``[host:pid] file.c:NN Error: msg``.
 _LOCATED_RE = re.compile(
     r"^(?:\[[^\]\[]{1,80}\]\s*){1,3}(?P<src>[\w.+-]{1,80}\.(?:c|cc|cpp|cxx|h|hpp|cu|inl))"
-    r":\d{1,6}\s+(?:[A-Z][A-Z0-9_]{1,11}\s+)?"
+    # (UCX's module names: "UCX", "TL_UCP", and UCC's lowercase pairs such as "cuda mc")
+    r":\d{1,6}\s+(?:[A-Z][A-Z0-9_]{1,11}\s+|[a-z][a-z0-9_]{1,11} [a-z][a-z0-9_]{1,11}\s+)?"
     r"(?P<L>FATAL|ERROR|WARN|WARNING|DIAG|INFO|DEBUG|TRACE|Fatal|Error|Warning|error|warning)"
     r"(?::\s*|\s+)(?P<msg>\S.*)$")
 _LIBFABRIC_RE = re.compile(
     r"^\s*libfabric:(?:\d{1,10}:\d{1,12}:)?(?:[^:\s]{0,40}:){1,3}(?P<src>[\w.]{1,80})\(\):"
     r"\d{1,6}<(?P<L>[a-z]{3,8})>\s*(?P<msg>.*)$")
 # An error status in a libfabric warn record (libfabric logs its errors at warn).
+# A provider's warn from its teardown (``cxip_ep_close(): Unable to free EP object -16``): the
+# job is ending; what failed at close is not the job's failure.
+_LIBFABRIC_TEARDOWN_RE = re.compile(r"(?:close|free|destroy|fini|cleanup)\w{0,20}$")
+# Google Cloud's log viewer (Vertex AI, AI Platform custom jobs): every line a replica writes
+# to stderr is shown at ERROR severity ("ERROR  2022-01-26 14:19:34 +1100  workerpool0-0
+# 31%|###  | 5974/19120"); the line's own level, if it has one, is in its message.
+_CLOUD_STDERR_RE = re.compile(
+    r"^ERROR\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [+-]\d{4})?\s+"
+    r"(?:workerpool\d{1,2}-\d{1,5}|(?:master|worker|ps|evaluator)-replica-\d{1,5})\s+(?P<msg>.*)$")
 _LIBFABRIC_ERROR_RE = re.compile(
     r"(?i)\berr(?:no)?\s*[:=]\s*-?[1-9]|\berror\b|\bfail(?:ed|ure)?\b|\bunable to\b|\bcannot\b"
     r"|\bcould not\b")
@@ -256,6 +269,8 @@ def _parse(text: str) -> Record | None:
     if not text or text.startswith((">>> ", "...    ")):
         return None  # an interactive session's input (a prompt or its continuation), not output
     head = text[0]
+    if head == "E" and (cloud := _CLOUD_STDERR_RE.match(text)) is not None:
+        return _parse(cloud.group("msg"))  # the severity is the stream's, not the line's
     if head in "JFMASOND2" and (syslog := _SYSLOG_RE.match(text)) is not None:
         inner = _parse(text[syslog.end():])
         if inner is not None and inner.level:
@@ -299,7 +314,8 @@ def _parse(text: str) -> Record | None:
         m = _LIBFABRIC_RE.match(text)
         if m is not None:
             level, message = _level(m.group("L")), m.group("msg").strip()
-            if level == "warning" and _LIBFABRIC_ERROR_RE.search(message):
+            if (level == "warning" and _LIBFABRIC_ERROR_RE.search(message)
+                    and not _LIBFABRIC_TEARDOWN_RE.search(m.group("src"))):
                 level = "error"
             return Record(level, "libfabric", f"libfabric {m.group('src')}", message)
     if "level" in text:
