@@ -218,6 +218,8 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
     ("*** Check failure stack trace: ***",),
     ("F0522 10:00:00.000000  1234 graph.cc:12] Check failed: x == y (3 vs. 4)",
      "[F socket.cpp:42] CHECK failed: fd >= 0"),
+    ('RuntimeError: device >= 0 && device < num_gpus INTERNAL ASSERT FAILED at '
+     '"../aten/src/ATen/cuda/CUDAContext.cpp":50, please report a bug to PyTorch.',),
     ("python: malloc.c:2379: sysmalloc: Assertion `old_size == 0' failed.",),
     ("machine:rank1: Assertion failure at psm3/ptl_am/ptl.c:196: nbytes == req->recv_msglen",),
     ("Assertion failed in file src/mpid/ch4/src/init_comm.c at line 72: in_use == 0",
@@ -239,6 +241,7 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
     ("Process exited with exit code 137", "return code 134",
      "Job exited with error code 137"),
     ("[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x45d2a1]",),
+    ("SIGABRT",),
     ("SIGSEGV: segmentation violation", "2025-03-05 08:58:42 SIGABRT: abort"),
     ("!!!!!!! Segfault encountered !!!!!!!",),
     ("MPI_ABORT was invoked on rank 3 in communicator MPI_COMM_WORLD",),
@@ -369,6 +372,17 @@ class TestDebuggerBacktraces:
 
         assert {"kind": "abort", "signal": "SIGABRT",
                 "frame": "ucs_fatal_error_message (libucs.so.0)"} == captures
+
+    def test_ucx_error_handlers_frames_are_the_crash(self) -> None:
+        """UCX prints the frames from its fatal handler (``ucs_handle_error``) and ends the
+        process: the crash, named by the first frame past the handler."""
+        captures = _crash(text_of('''
+            backtrace (tid:  59888)
+             0  /opt/nixl.libs/libucs-36b9ef61.so.0.0.0(ucs_handle_error+0x304) [0x7ff41b1ad074]
+             1  /opt/nixl.libs/libucx_transport.so(uct_ep_flush+0x27) [0x7ff41b1ad274]
+            '''))
+
+        assert "uct_ep_flush (libucx_transport.so)" == captures["frame"]
 
     def test_backtrace_symbols_without_an_abort_is_not_a_crash(self) -> None:
         """A stack dumped by a watchdog (no abort, no raise): nothing ended."""

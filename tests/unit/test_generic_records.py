@@ -147,6 +147,36 @@ class TestSeverityRules:
         assert Severity.INFO == severity
         assert "other" == captures["component"]
 
+    @pytest.mark.parametrize("line", [
+        "2024-07-01 07:28:04.488 1 kserve ERROR [__main__.py:<module>():254] Failed to start "
+        "model server: integer division or modulo by zero",
+        "ERROR dynamo_runtime::worker: Application shutdown with error: Failed to connect to "
+        "etcd server",
+        "Error: Could not create backend",
+    ], ids=lambda v: v[:40])
+    def test_a_program_that_could_not_start_or_stopped_on_an_error_is_a_warning(
+            self, line: str) -> None:
+        """A server, backend or worker that could not start, or shut down with an error, in
+        its own words: the end of a process, whatever the component."""
+        severity, captures = _record(line)
+
+        assert (Severity.WARNING, "other") == (severity, captures["component"])
+
+    def test_xla_slow_operation_alarms_are_notices(self) -> None:
+        """XLA logs slow constant folding at E and says it is not necessarily a bug."""
+        found = generic_scan(text_of('''
+            2022-10-13 11:07:46.573300: E external/org_tensorflow/tensorflow/compiler/xla/service/slow_operation_alarm.cc:65] Constant folding an instruction is taking > 1s
+            2022-10-13 11:07:47.789842: E external/org_tensorflow/tensorflow/compiler/xla/service/slow_operation_alarm.cc:133] The operation took 2.216622055s
+            '''))
+
+        assert [] == [d for d in found if d.signature == RECORD]
+
+    def test_an_optional_part_that_could_not_load_is_still_information(self) -> None:
+        severity, _captures = _record("2024-07-01 07:28:04.488 ERROR Failed to load optional "
+                                      "plugin foo: not found")
+
+        assert Severity.INFO == severity
+
     def test_a_bare_error_followed_by_the_process_ending_is_a_warning(self) -> None:
         """The record is information only unless the process ends within the next lines:
         then it is a warning naming the line that says so."""

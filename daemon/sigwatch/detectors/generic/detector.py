@@ -112,6 +112,15 @@ _FAULT_RE = re.compile(r"^Fatal Python error: (?P<reason>\S.{0,200})$")
 EXIT_WORDS = (r"exit(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]|exitcode\s*[:=]\s*"
               r"-?[1-9]|non-zero (?:exit|status)|returned non-zero"
               r"|\breturn(?:ed)? (?:with )?(?:code|status)[ :=]*-?[1-9]")
+# A program that could not start, or stopped on an error, in its own words ("Failed to start
+# model server: ...", "Could not create backend", "Application shutdown with error: ..."): the
+# end of a process (a server, a worker, a backend), as much as an exit status is.
+STOPPED_WORDS = (
+    r"\b(?:failed to|could not|couldn't|unable to|cannot) (?:start|launch|initiali[sz]e|create"
+    r"|spawn|bring up) (?:the |a |an )?(?:[\w.-]{1,40} ){0,3}?(?:server|service|backend|engine"
+    r"|worker|runtime|daemon|executor|scheduler|replica|process)\b"
+    r"|\b(?:application|server|worker|process|engine|service|runtime|daemon) (?:shut ?down"
+    r"|exited|terminated|stopped|died) with (?:an? )?(?:error|exception|failure)\b")
 # Words that make an unclassified error record a failure: the process ran out of a resource,
 # crashed, or hit a fault it cannot recover from.
 STRONG_WORDS = (
@@ -139,7 +148,12 @@ BENIGN_WORDS = (
     r"|_is_a_lwp: open\(\) /proc/")
 _EXIT_RE = re.compile(literal_first(EXIT_WORDS))
 _STRONG_RE = re.compile(literal_first(STRONG_WORDS))
+_STOPPED_RE = re.compile(literal_first(STOPPED_WORDS))
 _BENIGN_RECORD_RE = re.compile(literal_first(BENIGN_WORDS))
+# Sources whose error-level records are notices: XLA's slow_operation_alarm ("Constant folding an
+# instruction is taking > 1s", "The operation took 2.2s": it says itself that this "isn't
+# necessarily a bug"; compilation goes on).
+_BENIGN_SOURCES = frozenset({"slow_operation_alarm.cc"})
 # "retrying... (attempt 60/60)": the last attempt failed, the retries ran out (not benign).
 _LAST_ATTEMPT_RE = re.compile(r"\battempt (\d{1,4})\s*(?:/|of)\s*\1\b")
 
@@ -733,6 +747,8 @@ class GenericDetector:
         exhausted = "attempt" in lowered and _LAST_ATTEMPT_RE.search(lowered) is not None
         if not exhausted and _BENIGN_RECORD_RE.search(lowered):
             return None
+        if record.source.rsplit("/", 1)[-1] in _BENIGN_SOURCES:
+            return None
         component = classify(record)
         if codes is None:
             codes = self.codes.find(message)
@@ -743,7 +759,7 @@ class GenericDetector:
         elif record.level == "fatal":
             severity = Severity.ERROR
         elif (component != "other" or codes or exhausted or _EXIT_RE.search(lowered)
-              or _STRONG_RE.search(lowered)):
+              or _STRONG_RE.search(lowered) or _STOPPED_RE.search(lowered)):
             severity = Severity.WARNING
         else:
             severity = Severity.INFO

@@ -143,6 +143,9 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("signal", r"\*\*\* Aborted at \d{1,12} \(unix time\)"),
         ("check", r"\*\*\* Check failure stack trace: \*\*\*"),
         ("check", r"(?:^|[\]:] )(?:CHECK|Check) failed: (?P<what>\S.{0,200})"),
+        # PyTorch's TORCH_INTERNAL_ASSERT ('... INTERNAL ASSERT FAILED at "../aten/src/ATen/cuda/
+        # CUDAContext.cpp":50, please report a bug to PyTorch.')
+        ("check", r"(?P<what>\S.{0,200}?) INTERNAL ASSERT FAILED at \"[^\"]{1,300}\":\d{1,6}"),
         # glibc's __assert_fail (and CUDA's device-side assert, which prints the same way)
         ("check", r"Assertion [`'](?P<what>.{1,200})[`'] failed\.?\s*$"),
         # PSM/PSM3's psmi_assert ("host:rank1: Assertion failure at psm3/ptl_am/ptl.c:196: x")
@@ -180,6 +183,8 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                     r"|returncode)"
                     r"\s*[:=]?\s*(?P<code>1[3-5]\d)\b")),
         ("signal", r"\[signal (?P<sig>SIG[A-Z]{2,6}): "),
+        # a signal's name alone on its line (AMReX's handler prints it after its abort message)
+        ("signal", r"^(?P<sig>SIG(?:SEGV|ABRT|BUS|FPE|ILL|KILL|TRAP|SYS))\s*$"),
         # Go's runtime on a fatal signal (a cgo library crashed: Ollama's runner, device
         # plugins): "SIGSEGV: segmentation violation", "SIGABRT: abort", then "PC=... m=N"
         ("signal", (r"^(?:[\d/:.,T+-]{4,32} ){0,2}"
@@ -259,7 +264,8 @@ _PHRASE_HINTS = re.compile("|".join(re.escape(hint) for hint in (
     "Back-off restarting", "panic", "fatal error: ", "Exception in thread",
     "status failed cmd", "EXIT CODE", "terminated normally", "_ret", "aborted", "SIGSEGV: ",
     "SIGABRT: ", "SIGBUS: ", "SIGFPE: ", "SIGILL: ", "SIGTRAP: ", "SIGSYS: ",
-    "Segfault encountered", ", PID: ")))
+    "Segfault encountered", ", PID: ", "INTERNAL ASSERT FAILED", "SIGSEGV", "SIGABRT", "SIGBUS",
+    "SIGFPE", "SIGILL", "SIGKILL", "SIGTRAP", "SIGSYS")))
 
 
 # A C++ exception's own report of where it was thrown: c10::Error's what() (PyTorch, and the
@@ -348,12 +354,15 @@ _SYMBOLS_FRAME_RE = re.compile(
     r"^(?:\[[^\]\s]{1,120}\] ?)?(?:\[ {0,3}\d{1,4}\] ?|\s*\d{1,4}\s+|\s+)?"
     r"(?P<lib>[^\s()\[\]]{1,400})\((?P<func>[^()\s+]{0,400})(?P<off>\+0x[0-9a-fA-F]{1,16})?\)"
     r" ?\[0x[0-9a-fA-F]{1,16}\]\s*$")
-# The functions a process dies through on an abort: the C library's, the C++ runtime's.
+# The functions a process dies through on an abort: the C library's, the C++ runtime's (and
+# UCX's handler of a fatal signal or error, which prints the frames then ends the process).
 _FATAL_FUNC_RE = re.compile(
-    r"^(?:__GI_)?(?:raise|abort|gsignal)\b|^__pthread_kill|^pthread_kill\b|^std::terminate\(\)"
+    r"^ucs_(?:handle_error|error_signal_handler)\b|^(?:__GI_)?(?:raise|abort|gsignal)\b"
+    r"|^__pthread_kill|^pthread_kill\b|^std::terminate\(\)"
     r"|^__GI___pthread_kill|^(?:__GI_)?__assert_fail")
 _RUNTIME_FUNC_RE = re.compile(
-    r"^(?:__GI_|__libc_|__pthread_|pthread_kill|raise|abort|gsignal|std::terminate|std::rethrow"
+    r"^(?:ucs_handle_error|ucs_error_signal_handler|__GI_|__libc_|__pthread_|pthread_kill|raise"
+    r"|abort|gsignal|std::terminate|std::rethrow"
     r"|std::__|__cxxabiv1::|__gnu_cxx::|__cxa_|_Unwind_|__assert_fail|__fortify_fail"
     r"|__stack_chk_fail|__malloc_|malloc_printerr|_int_free|_int_malloc|start_thread\b"
     r"|clone3?\b|execute_native_thread_routine|\?\?)")
