@@ -162,6 +162,13 @@ class TestSeverityRules:
 
         assert (Severity.WARNING, "other") == (severity, captures["component"])
 
+    def test_a_go_error_that_is_nil_is_no_failure(self) -> None:
+        """klog's E-record of a server that stopped with a nil error (a kubelet restart)."""
+        found = generic_scan("E0829 21:34:53.142767 1043311 manager.go:455] device-plugin server "
+                             "stopped serving: <nil>\n")
+
+        assert [] == [d for d in found if d.signature == RECORD]
+
     def test_xla_slow_operation_alarms_are_notices(self) -> None:
         """XLA logs slow constant folding at E and says it is not necessarily a bug."""
         found = generic_scan(text_of('''

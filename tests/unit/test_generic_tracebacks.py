@@ -336,6 +336,31 @@ class TestPrefixesAndInterleaving:
         assert ("OSError", "/flow/train.py:79 in save") == (captures["exception"],
                                                              captures["frame"])
 
+    @pytest.mark.parametrize("stamp", ["2022-11-08T12:29:36.521461192Z", "2023-12-03 14:56:00"])
+    def test_a_time_stamp_alone_before_every_line_is_cut(self, stamp: str) -> None:
+        """Docker's ``--timestamps`` and log viewers' exports put only a stamp and a blank
+        before each line, with or without the traceback's own indentation."""
+        lines = ["Traceback (most recent call last):",
+                 '  File "/srv/runner.py", line 139, in method',
+                 "    return self.func(obj)",
+                 "onnxruntime.RuntimeException: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION"]
+        for indented in (True, False):
+            text = "".join(f"{stamp} {line if indented else line.strip()}\n" for line in lines)
+
+            captures = _captures(generic_scan(text))
+
+            assert ("onnxruntime.RuntimeException", "/srv/runner.py:139 in method") == (
+                captures["exception"], captures["frame"]), indented
+
+    def test_a_stamped_traceback_whose_header_was_cut_off_is_read(self) -> None:
+        found = generic_scan(text_of('''
+            2022-11-08T12:29:36.521466675Z   File "/srv/runner.py", line 139, in method
+            2022-11-08T12:29:36.521470680Z     return self.func(obj)
+            2022-11-08T12:29:36.521487662Z onnxruntime.RuntimeException: [ONNXRuntimeError] : 6
+            '''))
+
+        assert "onnxruntime.RuntimeException" == _captures(found)["exception"]
+
     def test_a_traceback_whose_header_was_cut_off_is_still_read(self) -> None:
         """A pasted or truncated log that starts in the middle of the frames."""
         found = generic_scan(text_of('''

@@ -145,7 +145,10 @@ BENIGN_WORDS = (
     r"|\b(?:going to|using|falling back to) \S{1,120} instead\b"
     r"|exceeded (?:step|job) memory limit at some point"
     # slurmstepd reading a process that has just exited (its /proc entry is gone)
-    r"|_is_a_lwp: open\(\) /proc/")
+    r"|_is_a_lwp: open\(\) /proc/"
+    # a Go error that is nil ("device-plugin server stopped serving: <nil>", err=<nil>):
+    # nothing failed
+    r"|: <nil>\s*$|\berr(?:or)?=<nil>")
 _EXIT_RE = re.compile(literal_first(EXIT_WORDS))
 _STRONG_RE = re.compile(literal_first(STRONG_WORDS))
 _STOPPED_RE = re.compile(literal_first(STOPPED_WORDS))

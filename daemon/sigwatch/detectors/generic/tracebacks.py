@@ -234,7 +234,9 @@ class Exc:
 
 
 _ENVELOPE_RE = re.compile(
-    r"^(?P<env>.{8,160}?[\])]\s+)(?=Traceback \(most recent call last\)|\s*File \"|"
+    # (or a time stamp alone, and one blank: Docker's --timestamps, a log viewer's export)
+    r"^(?P<env>.{8,160}?[\])]\s+|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?"
+    r"(?:Z|[+-]\d\d:?\d\d)? )(?=Traceback \(most recent call last\)|\s*File \"|"
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b)")
 
 
