@@ -72,8 +72,8 @@ _SANITIZER_ERROR_RE = re.compile(
 # A diagnostic's overall result as a table row or a key-value line (xpu-smi diag's "| Result |
 # Fail |", an item's "| Result: Fail |").
 _RESULT_FAIL_RE = re.compile(
-    r"(?:^|\|)\s*(?:Overall )?(?P<key>Result|Test Result)\s*[|:]\s*(?P<result>Fail(?:ed)?|FAIL(?:ED)?)"
-    r"\s*(?:\||$)")
+    r"(?:^|\|)\s*(?:Overall )?(?P<key>Result|Test Result)\s*[|:]\s*"
+    r"(?P<result>Fail(?:ed)?|FAIL(?:ED)?)\s*(?:\||$)")
 # Health-check runners. Retries are answers to a poll, not a verdict; a counter at 0 says
 # nothing failed.
 _HEALTH_FAILED_RE = re.compile(

@@ -161,7 +161,8 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("signal", r"\bSignal (?P<num>\d{1,2}) \((?P<sig>SIG[A-Z]{2,6})\) received by PID"),
         # c10's FatalSignalHandler (PyTorch, TORCH_SHOW_CPP_STACKTRACES): "SIGABRT(6), PID:
         # 4119976, Thread 4119976:" before each thread's native frames
-        ("signal", r"\b(?P<sig>SIG[A-Z]{2,6})\((?P<num>\d{1,2})\), PID: \d{1,10}, Thread \d{1,10}:"),
+        ("signal", (r"\b(?P<sig>SIG[A-Z]{2,6})\((?P<num>\d{1,2})\), PID: \d{1,10}, "
+                    r"Thread \d{1,10}:")),
         # (MPICH's Hydra: "rank 1 died from signal 7", "... died from signal 11 and dumped core")
         ("signal", (r"(?:exited|died|terminated|killed|was killed|exits?) (?:with|by|on|from) "
                     r"(?:the )?signal[: ]+(?:(?P<sig>SIG[A-Z]{2,6})|-?(?P<num>\d{1,2})\b"

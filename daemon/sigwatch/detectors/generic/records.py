@@ -7,7 +7,8 @@ projects' own format strings:
 
 - Python ``logging``: ``ERROR:name:msg`` (``BASIC_FORMAT``) and any format that puts the level
   near the start after a timestamp and a name (``2024-.. - name - ERROR - msg``,
-  ``[2024-..][ERROR] msg``, Omniverse Kit's ``2024-.. [11,526ms] [Error] [omni.physx] msg``, vLLM's ``ERROR 01-02 12:00:00 [file.py:12] msg``, Ray's
+  ``[2024-..][ERROR] msg``, Omniverse Kit's ``2024-.. [11,526ms] [Error] [omni.physx] msg``,
+  vLLM's ``ERROR 01-02 12:00:00 [file.py:12] msg``, Ray's
   ``2024-..\\tERROR worker.py:12 -- msg``, Hugging Face's ``[ERROR|file.py:12] ...``);
 - glog / absl / klog: ``E1120 12:00:00.123456  1234 file.cc:12] msg`` (and ``F``), TensorFlow's
   ``2024-..: E path/file.cc:12] msg``, PyTorch c10's ``[E socket.cpp:610] msg``;
