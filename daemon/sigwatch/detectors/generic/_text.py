@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sigwatch.detectors.templates import WILDCARD, mask_tokens
 
 __all__ = [
+    "ISO_STAMP",
     "SIGNALS",
     "Frame",
     "clip",
@@ -18,6 +19,9 @@ __all__ = [
 ]
 
 MAX_TEXT = 300
+# An ISO 8601 date and time as loggers print it ("2024-05-01 12:00:00,123",
+# "2022-11-08T12:29:36.521461192Z", "...+01:00"): one pattern for every reader that skips one.
+ISO_STAMP = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
 
 
 def clip(text: str, limit: int = MAX_TEXT) -> str:

@@ -114,13 +114,14 @@ _SHELL_RE = re.compile(
 # The shell's report glued to the end of a progress bar (tqdm's ``n/N [elapsed<left, rate]``)
 # that was redrawn with ``\r`` and never ended its line before the process died.
 # (Or to a loader's row of progress dots: llama.cpp's "....Segmentation fault (core dumped)".)
+_BAR_END = r"\d/\d{1,12} \[[\d:<?]{4,24}(?:, [^\]]{0,60})?\]"  # tqdm's "n/N [elapsed<left, rate]"
 _GLUED_RE = re.compile(
-    r"(?:\d/\d{1,12} \[[\d:<?]{4,24}(?:, [^\]]{0,60})?\]|\.{3})" + _SHELL_WORD
+    r"(?:" + _BAR_END + r"|\.{3})" + _SHELL_WORD
     + r"(?P<core> ?\((?:core dumped|核心已转储)\))?\s*$")
 # The end of such a bar followed by more than the word: bash's full report of a script's
 # child ("...13.82it/s, loss=0.003]train.sh: line 52: 24556 Segmentation fault  (core dumped)
 # python train.py"), read by the shell's own pattern from where the bar ends.
-_BAR_END_RE = re.compile(r"\d/\d{1,12} \[[\d:<?]{4,24}(?:, [^\]]{0,60})?\](?=\S)")
+_BAR_END_RE = re.compile(_BAR_END + r"(?=\S)")
 _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(rx)) for kind, rx in (
         # a launcher that was itself signalled from outside and took its workers down with it
@@ -263,8 +264,7 @@ _PHRASE_HINTS = re.compile("|".join(re.escape(hint) for hint in (
     "segfault at", "general protection fault", "divide error", "invalid opcode",
     "stack segment", "int3", "process exited", "OOMKilled", "CrashLoopBackOff",
     "Back-off restarting", "panic", "fatal error: ", "Exception in thread",
-    "status failed cmd", "EXIT CODE", "terminated normally", "_ret", "aborted", "SIGSEGV: ",
-    "SIGABRT: ", "SIGBUS: ", "SIGFPE: ", "SIGILL: ", "SIGTRAP: ", "SIGSYS: ",
+    "status failed cmd", "EXIT CODE", "terminated normally", "_ret", "aborted",
     "Segfault encountered", ", PID: ", "INTERNAL ASSERT FAILED", "SIGSEGV", "SIGABRT", "SIGBUS",
     "SIGFPE", "SIGILL", "SIGKILL", "SIGTRAP", "SIGSYS")))
 

@@ -45,7 +45,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from sigwatch.detectors.generic._text import literal_first
+from sigwatch.detectors.generic._text import ISO_STAMP, literal_first
 
 __all__ = ["COMPONENTS", "Record", "classify", "exhausts_memory", "level_of", "parse_any",
            "parse_record"]
@@ -106,7 +106,7 @@ _BRACKET_RE = re.compile(
 # [11,526ms] [Error] [omni.physx.plugin] msg``): the level is a bracketed word in any case,
 # after at most three other bracketed fields; the field after it names the source.
 _STAMPED_BRACKET_RE = re.compile(
-    r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\s+"
+    rf"^{ISO_STAMP}\s+"
     r"(?:\[[^\]\[]{1,60}\]\s*){0,3}\[\s*(?P<L>(?i:error|fatal|critical|exception|warning|warn"
     r"|info|debug|trace|verbose))\s*\]\s*(?:\[(?P<src>[^\]\[]{1,60})\]\s*)?(?P<msg>.*)$")
 # "<component> error ...": a library's own error line ("MIOpen(HIP): Error [BuildOcl] ...",
@@ -138,7 +138,6 @@ _LOCATED_RE = re.compile(
 _LIBFABRIC_RE = re.compile(
     r"^\s*libfabric:(?:\d{1,10}:\d{1,12}:)?(?:[^:\s]{0,40}:){1,3}(?P<src>[\w.]{1,80})\(\):"
     r"\d{1,6}<(?P<L>[a-z]{3,8})>\s*(?P<msg>.*)$")
-# An error status in a libfabric warn record (libfabric logs its errors at warn).
 # A provider's warn from its teardown (``cxip_ep_close(): Unable to free EP object -16``): the
 # job is ending; what failed at close is not the job's failure.
 _LIBFABRIC_TEARDOWN_RE = re.compile(r"(?:close|free|destroy|fini|cleanup)\w{0,20}$")
@@ -148,6 +147,7 @@ _LIBFABRIC_TEARDOWN_RE = re.compile(r"(?:close|free|destroy|fini|cleanup)\w{0,20
 _CLOUD_STDERR_RE = re.compile(
     r"^ERROR\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [+-]\d{4})?\s+"
     r"(?:workerpool\d{1,2}-\d{1,5}|(?:master|worker|ps|evaluator)-replica-\d{1,5})\s+(?P<msg>.*)$")
+# An error status in a libfabric warn record (libfabric logs its errors at warn).
 _LIBFABRIC_ERROR_RE = re.compile(
     r"(?i)\berr(?:no)?\s*[:=]\s*-?[1-9]|\berror\b|\bfail(?:ed|ure)?\b|\bunable to\b|\bcannot\b"
     r"|\bcould not\b")
@@ -155,7 +155,7 @@ _LIBFABRIC_ERROR_RE = re.compile(
 # ``Lshortfile``) or an ISO 8601 stamp alone before the message.
 _STAMPED_RE = re.compile(
     r"^(?:\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?"
-    r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?)"
+    rf"|\[?{ISO_STAMP}\]?)"
     r"\s+(?:[\w.-]{1,60}\.go:\d{1,6}: )?(?P<msg>\S.*)$")
 # A message that states a failure in its first words and names the cause after a colon; not
 # one that says what it does instead (a fallback is not a failure of the process).

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sigwatch.detectors.generic._text import Frame, clip, is_user_frame, literal_first
+from sigwatch.detectors.generic._text import ISO_STAMP, Frame, clip, is_user_frame, literal_first
 from sigwatch.detectors.progress import ProgressParser
 
 __all__ = [
@@ -235,8 +235,7 @@ class Exc:
 
 _ENVELOPE_RE = re.compile(
     # (or a time stamp alone, and one blank: Docker's --timestamps, a log viewer's export)
-    r"^(?P<env>.{8,160}?[\])]\s+|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?"
-    r"(?:Z|[+-]\d\d:?\d\d)? )(?=Traceback \(most recent call last\)|\s*File \"|"
+    rf"^(?P<env>.{{8,160}}?[\])]\s+|{ISO_STAMP} )(?=Traceback \(most recent call last\)|\s*File \"|"
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b)")
 
 
