@@ -411,6 +411,9 @@ class TestShellReportsAsPagesAndTerminalsShowThem:
         "python3 convolutional_network.py --trainImagesFile x.gz",
         "job-7 | Segmentation fault (core dumped)",
         "llm_load_tensors: ......................................Segmentation fault (core dumped)",
+        # bash's full report of a script's child, after the bar's end
+        "Training epoch 132:   8%|###9   | 56/718 [00:04<00:47, 13.82it/s, loss=0.00299]train.sh: "
+        "line 52: 24556 Segmentation fault      (core dumped) python train.py --config-name=x",
     ], ids=lambda v: v[:40])
     def test_the_report_through_markup_or_glued_to_a_progress_bar(self, line: str) -> None:
         """A page's bold or code span; a tqdm bar redrawn with ``\\r`` (or a loader's row of
