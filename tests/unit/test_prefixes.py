@@ -36,6 +36,13 @@ AT = datetime(2024, 11, 20, 10, 2, 11, tzinfo=UTC).timestamp()
     ("29.127.65.230: [rank0]: AttributeError: x", "29.127.65.230/0", "AttributeError: x"),  # pdsh
     ("10.0.0.7: Traceback (most recent call last):", "10.0.0.7",
      "Traceback (most recent call last):"),
+    ("text-embeddings-1  | Error: Could not create backend",       # docker compose v2
+     "text-embeddings-1", "Error: Could not create backend"),
+    ("api_1  | 8:39AM ERR failed to load model", "api_1",          # docker compose v1
+     "8:39AM ERR failed to load model"),
+    ("trainer-12 | [rank3]: Traceback", "trainer-12/3", "Traceback"),  # compose runs torchrun
+    ("[pod/vllm-decode-7f9c/vllm] ERROR boom", "vllm-decode-7f9c",      # kubectl --prefix
+     "ERROR boom"),
 ])
 def test_launcher_prefixes_give_the_rank_and_are_removed(line: str, rank: str, text: str) -> None:
     assert [(rank, text)] == normalize(line)
@@ -57,6 +64,11 @@ def test_launcher_prefixes_give_the_rank_and_are_removed(line: str, rank: str, t
     "10.0.0.256: not an address",
     "1.2.3.4:29500: connect failed",
     "10.0.0.7 is the master",
+    "iteration 3 | loss 2.1 |",          # a progress line's columns
+    "trainer | no index before the bar",
+    "node-1| no padding before the bar",
+    "| gpu-0 | 45C |",                    # a table row
+    "[pod/name] no container",
 ])
 def test_near_misses_are_not_taken_for_a_rank(line: str) -> None:
     assert [(None, line)] == normalize(line)

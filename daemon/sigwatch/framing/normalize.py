@@ -5,8 +5,9 @@ control characters as ``#`` and three octal digits), NUL bytes dropped, a ``\\r`
 rewrite ends a line (so an error glued to a tqdm bar is still seen on its own), and a launcher
 prefix
 (``[rank3]:``, ``[default0]:``, srun's ``3: ``, MPI's ``[1,3]<stderr>:``, Ray's
-``(RayWorker pid=123)``, DeepSpeed's ``[Rank 0]``, pdsh's ``10.0.0.7: ``) is removed and kept as
-the rank.
+``(RayWorker pid=123)``, DeepSpeed's ``[Rank 0]``, pdsh's ``10.0.0.7: ``, docker compose's
+``tei-1  | ``, ``kubectl logs --prefix``'s ``[pod/NAME/CONTAINER]``) is removed and kept as the
+rank.
 
 Launchers nest (srun runs torchrun, which runs ranks that log with their own timestamps), and
 some put a timestamp or a level in front of the tag, so the start of a line is read as a short
@@ -43,13 +44,19 @@ SRUN_MAX_TASK = 4095
 # pdsh (DeepSpeed's multi-node launcher) prefixes each line with the host it came from; only an
 # IPv4 address is taken (``10.0.0.7: [rank0]: ...``): a bare word and a colon is too often text.
 PDSH_RE = re.compile(r"(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}(?=: )")
+# docker compose (and podman-compose) interleave their containers' output behind a column of
+# the service's name and index, padded to one width: ``text-embeddings-1  | Error: ...`` (v2),
+# ``tei_1  | ...`` (v1). The index and the padded bar are what tell it from text; the
+# container is kept as the rank, so two containers' lines never join.
+COMPOSE_RE = re.compile(r"(?P<svc>[a-z0-9][a-z0-9_.-]{0,62}[-_]\d{1,3})[ \t]+\|(?: |$)")
 # Tags that may appear anywhere in the envelope, each with the rank they carry.
 TAG_RE = re.compile(
     r"\[(?:rank|default)(?P<torch>\d{1,6})\]:[ \t]?"                        # torchrun, --tee
     r"|\[\d{1,10},(?P<mpi>\d{1,7})\]<(?:stdout|stderr|stddiag)>:[ \t]?"     # Open MPI --tag-output
     r"|\((?:[A-Za-z_][\w.-]{0,63} )?pid=(?P<raypid>\d{1,10})"               # Ray worker
     r"(?:, ip=(?P<rayip>[0-9A-Fa-f.:]{2,45}))?\)[ \t]?"
-    r"|\[Rank (?P<ds>\d{1,6})\][ \t]?")                                      # DeepSpeed log_dist
+    r"|\[Rank (?P<ds>\d{1,6})\][ \t]?"                                       # DeepSpeed log_dist
+    r"|\[pod/(?P<pod>[\w.-]{1,253})/[\w.-]{1,63}\][ \t]?")                      # kubectl --prefix
 LEVEL_RE = re.compile(
     r"(?P<open>\[)?(?P<level>TRACE|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|ERR|CRITICAL|CRIT"
     r"|FATAL|SEVERE)(?(open)\])(?=[ \t:\]|]|$):?")
@@ -88,7 +95,7 @@ class NormalizedLine:
 
 _NOTHING = Prefix()
 # Every rank tag holds one of these; a line without any (in its first characters) has no rank.
-_MAYBE_TAG = re.compile(r"\[(?:rank|default)\d|\]<std|pid=\d|\[Rank \d")
+_MAYBE_TAG = re.compile(r"\[(?:rank|default)\d|\]<std|pid=\d|\[Rank \d|\[pod/")
 _ENVELOPE_CHARS = 240
 
 
@@ -100,7 +107,9 @@ def _tag_rank(m: re.Match[str]) -> str:
     if m.group("raypid") is not None:
         ip = m.group("rayip")
         return f"pid={m.group('raypid')}" + (f",ip={ip}" if ip else "")
-    return m.group("ds")
+    if m.group("ds") is not None:
+        return m.group("ds")
+    return m.group("pod")
 
 
 def _skip_sep(text: str, pos: int) -> int:
@@ -116,19 +125,27 @@ def parse_prefix(text: str, *, want_time: bool = False, year_hint: int | None = 
     path does not need); ``year_hint``/``tz`` complete stamps without a year or a zone;
     ``now`` (the caller's clock) decides the year of a stamp that has none.
     """
-    if not text or text[0] not in _ITEM_START:
-        return _NOTHING  # most lines: one set lookup
+    if not text:
+        return _NOTHING
     ranks: list[str] = []
     pos = end = 0
+    if text[0] not in _ITEM_START:
+        if not text[0].islower() or "|" not in text[:80]:
+            return _NOTHING  # most lines: one set lookup, or one short search
+        service = COMPOSE_RE.match(text)
+        if service is None:
+            return _NOTHING
+        ranks.append(service.group("svc"))
+        pos = end = service.end()
     host = PDSH_RE.match(text) if text[0].isdigit() else None
-    m = SRUN_RE.match(text)
+    m = SRUN_RE.match(text) if not ranks else None
     if host is not None:
         ranks.append(host.group())
         pos = end = host.end() + 2
     elif m and int(m.group(1)) <= SRUN_MAX_TASK:
         ranks.append(m.group(1))
         pos = end = m.end()
-    elif not want_time and _MAYBE_TAG.search(text, 0, _ENVELOPE_CHARS) is None:
+    elif not ranks and not want_time and _MAYBE_TAG.search(text, 0, _ENVELOPE_CHARS) is None:
         return _NOTHING  # the matching path wants the rank only, and there is none
     stamp: float | None = None
     level: str | None = None
