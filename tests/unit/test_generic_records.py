@@ -615,6 +615,44 @@ class TestCloudLogViewerLines:
         assert ("error", "train") == (record.level, record.source)
 
 
+class TestKernelDriverLines:
+    """The kernel log carries no level in its text: a line of an accelerator's or an
+    interconnect's driver that says something failed, timed out or hung is an error record of
+    that component; the same drivers' boot noise stays quiet."""
+
+    @pytest.mark.parametrize(("line", "component"), [
+        ("[75287.322369] amdgpu: Failed to evict process queues", "accelerator_runtime"),
+        ("[75287.322370] amdgpu 0000:03:00.0: amdgpu: Failed to quiesce KFD",
+         "accelerator_runtime"),
+        ("kernel: NVRM: GPU0 _issueRpcAndWait: rpcSendMessage failed with status 0x0000000f",
+         "accelerator_runtime"),
+        ("mlx5_core 0000:61:00.0: wait_func:1132:(pid 141181): CREATE_DCT(0x710) timeout. "
+         "Will cause a leak of a command resource", "interconnect"),
+        ("Dec 13 13:46:08 gpu-7 kernel: [  12.345678] infiniband mlx5_3: mlx5_poll_one:527:(pid "
+         "0): Responder error cqe on cqn 0x406:", "interconnect"),
+    ])
+    def test_a_drivers_failure_is_a_warning_of_its_component(self, line: str,
+                                                             component: str) -> None:
+        severity, captures = _record(line)
+
+        assert Severity.WARNING == severity
+        assert component == captures["component"]
+
+    @pytest.mark.parametrize("line", [
+        "[    5.123456] nvidia: module verification failed: signature and/or required key "
+        "missing - tainting kernel",
+        "[    6.000000] mlx5_core 0000:61:00.0: mlx5_cmd_out_err:838:(pid 1): ACCESS_REG(0x805) "
+        "op_mod(0x1) failed, status bad parameter(0x3), syndrome (0x6c4d4)",
+        "[    7.000000] amdgpu 0000:c1:00.0: amdgpu: Secure display: Generic Failure.",
+        "[    8.000000] amdgpu 0000:c1:00.0: amdgpu: SMU is initialized successfully!",
+        "[    9.000000] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  550.54.14",
+        "[   10.000000] nvme nvme0: I/O 12 QID 3 timeout, aborting",  # not a training driver
+        "[   11.000000] infiniband mlx5_0: port 1 link errors: 0",
+    ])
+    def test_their_boot_noise_and_other_drivers_stay_quiet(self, line: str) -> None:
+        assert [] == loud(generic_scan(line + "\n"))
+
+
 class TestOpenMpiRuntimeRecords:
     """Open MPI's runtime (ORTE, PRRTE, PMIx, OPAL) and launchers belong to the collective
     vocabulary: their error records are warnings; their deprecation notices stay quiet."""

@@ -166,6 +166,28 @@ _STATEMENT_RE = re.compile(
     r"(?: with (?:an? )?(?:error|exception|status|exit code)(?: -?\d{1,6})?)?)"
     r": (?!.*\b(?:skipping|ignoring|falling back|fall back|using default))"
     r"(?![\d.,]+%?\s*$)\S")  # a cause, not a count ("requests that failed: 0")
+# The kernel's lines from an accelerator's or an interconnect's driver (dmesg, kern.log, the
+# journal's kernel lines): ``[75287.3] amdgpu 0000:03:00.0: amdgpu: Failed to evict process
+# queues``, ``mlx5_core 0000:61:00.0: wait_func:1132:(pid 9): CREATE_DCT(0x710) timeout``,
+# ``NVRM: GPU0 _issueRpcAndWait: rpcSendMessage failed``. The text carries no level (``dmesg -x``
+# would show it); such a driver saying that something failed, timed out or hung is read as an
+# error record. Only these drivers: a display's, a disk's or an Ethernet card's complaints are
+# not the training's, and their start-up noise is loud.
+_KERNEL_DRIVER_RE = re.compile(
+    r"^(?:\[ {0,12}\d{1,10}\.\d{1,9}\] )?(?:kernel: )?"
+    r"(?P<src>amdgpu|amdkfd|NVRM|nvidia(?:-nvswitch\d{0,3}|-uvm|-modeset|-peermem)?|nvidia_uvm"
+    r"|mlx5_core|mlx5_ib|mlx4_core|infiniband|ib_core|ib_uverbs|habanalabs|efa|hfi1|cxi_core)"
+    r"(?: [\w:.-]{1,40})?: (?:[a-z][\w-]{1,20}: )?(?P<msg>\S.*)$")
+_KERNEL_FAILURE_RE = re.compile(
+    r"(?i)\bfail(?:ed|ure|s)?\b|\btimed? ?out\b|\btimeout\b|\bhung\b|\bhang\b"
+    r"|\bnot responding\b|\bfatal\b|\berror\b")
+# Known noise of those drivers: an unsigned module loaded, errors corrected, counters at zero,
+# mlx5's firmware answering a query the card does not support (boot noise on healthy nodes),
+# an APU's secure display firmware absent.
+_KERNEL_BENIGN_RE = re.compile(
+    r"(?i)module verification failed|tainting kernel|\bcorrected\b|\b0 errors?\b"
+    r"|\berrors?(?: count)?\s*[:=]\s*0\b|\bno errors?\b|\bmlx5_cmd_(?:out_err|check)\b"
+    r"|secure display")
 # Slurm's daemons (slurmd, slurmstepd, slurmctld): "[2019-09-24T10:10:06.901] [321.0] error: pyxis:
 # couldn't mkdir /run/pyxis/100005" (lowercase levels after the stamp and the job step).
 _SLURM_RE = re.compile(
@@ -359,6 +381,12 @@ def _parse(text: str) -> Record | None:
     if m is not None:
         level = "fatal" if m.group("L").lower().startswith("fatal") else "error"
         return Record(level, "component", m.group("src") or "", m.group("msg").strip())
+    if head in "[kaNnmiIhec":
+        m = _KERNEL_DRIVER_RE.match(text)
+        if m is not None:
+            message = m.group("msg")
+            if _KERNEL_FAILURE_RE.search(message) and not _KERNEL_BENIGN_RE.search(message):
+                return Record("error", "kernel", m.group("src"), message.strip())
     return None
 
 
@@ -396,7 +424,7 @@ VOCABULARY_WORDS: tuple[tuple[str, str], ...] = (
      r"|level.zero|\bze_|sycl|\bxpu|habana|\bhpu|synapse|gaudi|tensorrt|\btrt\b"
      r"|\bdevice\b|\becc\b|\bxid\b|\bdrv\b|\baclnn"
      # AWS Neuron's runtime (nrt), Moore Threads (MUSA), Kunlun's XPU runtime
-     r"|\bnrt\b|nrt::|nrt_|\bnmgr\b|neuron|\bmusa|mtgpu|xpurt")),
+     r"|\bnrt\b|nrt::|nrt_|\bnmgr\b|neuron|\bmusa|mtgpu|xpurt|\bnvrm\b")),
 )
 _VOCABULARY = tuple((name, re.compile(literal_first(words)))
                     for name, words in VOCABULARY_WORDS)
