@@ -82,6 +82,8 @@ class TestFailedChecks:
 
     @pytest.mark.parametrize(("line", "tool"), [
         ("# Out of bounds values : 12 FAILED", "nccl-tests"),
+        (" Out of bounds values : 2 FAILED", "nccl-tests"),  # older nccl-tests: no "#"
+        ("\tnvidia-smi: Expected GPU count: 1, found inside the VM: 0 : FAIL ", "checklist"),
         ("========= ERROR SUMMARY: 3 errors", "compute-sanitizer"),
         ("100.0%  proc'd: 1812 (40196 Gflop/s)   errors: 18  (FAULTY)   temps: 61 C", "gpu-burn"),
         ('    "result": "FAIL",', "diagnostic"),
@@ -121,6 +123,9 @@ class TestPassingDiagnosticsAreQuiet:
             {"result": "PASS", "status": "ok"}
             | Result                        | Pass                                         |
             | Software Library              | Result: Pass                                 |
+             Out of bounds values : 0 OK
+            	lspci: Expected "3D controller: NVIDIA Corporation" count: 1, found inside the VM: 1 : PASS
+            test_allreduce (tests.TestComm) ... FAIL
             '''))
 
         assert [] == loud(found)

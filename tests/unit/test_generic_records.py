@@ -653,6 +653,37 @@ class TestKernelDriverLines:
         assert [] == loud(generic_scan(line + "\n"))
 
 
+class TestHipRuntimeLog:
+    """AMD's HIP runtime with AMD_LOG_LEVEL set writes ``:LEVEL:file.cpp :line: time us:``:
+    level 1 is an error of the accelerator runtime, 3 and 4 are information."""
+
+    def test_a_level_one_line_is_an_error_of_the_accelerator_runtime(self) -> None:
+        severity, captures = _record(
+            ":1:memory.cpp               :347 : 9616777840 us: 4277 : [tid:0x7f2accbfe6c0] "
+            "Video memory allocation failed!")
+
+        assert Severity.WARNING == severity
+        assert "accelerator_runtime" == captures["component"]
+
+    def test_a_level_three_line_is_information(self) -> None:
+        record = parse_any(":3:hip_device_runtime.cpp   :699 : 8051875969 us: [pid:73665 tid: "
+                           "0x7f49326c11c0] hipGetDevice: Returned hipSuccess : 0")
+
+        assert record is not None
+        assert ("info", "rocclr") == (record.level, record.form)
+
+    @pytest.mark.parametrize("line", [
+        "hipBLASLt error: Heuristic Fetch Failed!",
+        "Error: Curand error 203 - rand.cpp:74: curandCreateGenerator failed",
+        'level=error msg="Error getting the latest value: Host engine connection lost"',
+    ])
+    def test_amd_blas_curand_and_dcgm_belong_to_the_accelerator(self, line: str) -> None:
+        record = parse_any(line)
+
+        assert record is not None
+        assert "accelerator_runtime" == classify(record)
+
+
 class TestOpenMpiRuntimeRecords:
     """Open MPI's runtime (ORTE, PRRTE, PMIx, OPAL) and launchers belong to the collective
     vocabulary: their error records are warnings; their deprecation notices stay quiet."""

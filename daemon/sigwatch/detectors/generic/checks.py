@@ -12,7 +12,9 @@
   header, see ``NcclTable``) and ``# Out of bounds values : N FAILED``;
 - compute-sanitizer / cuda-memcheck ``ERROR SUMMARY: N errors`` with N > 0, and each error's
   own report (``========= Invalid __global__ write of size 4 bytes``); gpu-burn's ``FAULTY``;
-- a diagnostic's overall result ``Fail`` (xpu-smi diag's ``| Result | Fail |``);
+- a diagnostic's overall result ``Fail`` (xpu-smi diag's ``| Result | Fail |``), and a
+  checklist's line whose verdict comes last (``nvidia-smi: Expected GPU count: 1, found
+  inside the VM: 0 : FAIL``);
 - health-check runners (LBNL NHC, slurmd's ``error: health_check failed: rc:1 output:...``,
   and the wrappers clouds ship around NHC: ``ERROR: nhc: Health check failed: ...``, ``Node
   Health Checks failed - ... - Check check_x returned 127``): a health check that failed, or a
@@ -62,7 +64,8 @@ _JSON_RESULT_RE = re.compile(
     r"\"(?P<key>[Rr]esult|[Ss]tatus|[Hh]ealth(?:[ _]?[Ss]tatus)?|test_result)\"\s*:\s*"
     r"\"(?P<result>FAIL|FAILED|Fail|Failed|fail|failed|EMERGENCY_WARN|IMPORTANT_WARN|Alarm"
     r"|Critical)\"")
-_OUT_OF_BOUNDS_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+FAILED")
+# (older nccl-tests print it without the "#")
+_OUT_OF_BOUNDS_RE = re.compile(r"^[#\s]*Out of bounds values\s*:\s*(?P<n>\d+)\s+FAILED")
 _SANITIZER_RE = re.compile(r"^=+ ERROR SUMMARY: (?P<n>\d+) errors?")
 # compute-sanitizer's (cuda-memcheck's) own report of each error, before its summary (a run cut
 # short, or a log that ends before the summary): "========= Invalid __global__ write of size 4
@@ -100,6 +103,10 @@ _NCCL_TESTS_FAILURE_RE = re.compile(
 _NVLINK_INACTIVE_RE = re.compile(r"^\s*Link (?P<link>\d{1,2}): <inactive>\s*$")
 # fi_info (libfabric) finding no usable provider: "fi_getinfo: -61 (No data available)".
 _FI_GETINFO_RE = re.compile(r"^fi_getinfo: (?P<code>-\d{1,4})\b")
+# A checklist's line: what was checked, what was found, and the verdict last after " : "
+# (LISA's GPU validation: "nvidia-smi: Expected GPU count: 1, found inside the VM: 0 : FAIL").
+_CHECKLIST_FAIL_RE = re.compile(
+    r"^\s*(?P<check>[A-Za-z][\w .()/-]{1,60}): (?P<what>\S.{0,200}?) : FAIL(?:ED)?\s*$")
 _GPU_BURN_RE = re.compile(r"\bGPU \d{1,3}: FAULTY\b|^\s*\d{1,3}\.\d+%\s+proc'd:.*\bFAULTY\b")
 # Words every failed check above needs (its verdict or its subject), tried before them with
 # ``in``: most lines the generic layer reads hold an error word and none of these. Each is a
@@ -153,6 +160,10 @@ def read_check(text: str, previous: str = "") -> FailedCheck | None:
     m = _RESULT_FAIL_RE.search(text)
     if m is not None:
         return FailedCheck("diagnostic", f"{m.group('key')}: {m.group('result')}", "error")
+    m = _CHECKLIST_FAIL_RE.match(text)
+    if m is not None:
+        return FailedCheck("checklist", clip(f"{m.group('check')}: {m.group('what')}", 80),
+                           "error")
     if _GPU_BURN_RE.search(text):
         return FailedCheck("gpu-burn", "FAULTY", "error")
     m = _NCCL_TESTS_FAILURE_RE.search(text)

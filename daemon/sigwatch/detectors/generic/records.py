@@ -188,6 +188,13 @@ _KERNEL_BENIGN_RE = re.compile(
     r"(?i)module verification failed|tainting kernel|\bcorrected\b|\b0 errors?\b"
     r"|\berrors?(?: count)?\s*[:=]\s*0\b|\bno errors?\b|\bmlx5_cmd_(?:out_err|check)\b"
     r"|secure display")
+# AMD's HIP runtime (ROCclr) with AMD_LOG_LEVEL set: ``:1:memory.cpp :347 : 9616777840 us: 4277 :
+# [tid:0x7f2a] Video memory allocation failed!``; the number after the first colon is the level
+# (1 error, 2 warning, 3 info, 4 debug).
+_ROCCLR_RE = re.compile(
+    r"^:(?P<L>[1-4]):(?P<src>[\w.+-]{1,80}\.(?:cpp|cc|c|hpp|h))\s*:\s*\d{1,6}\s*:\s*\d{1,20} us:"
+    r"\s*(?:\d{1,10}\s*:\s*)?(?:\[[^\]]{1,80}\]\s*)?(?P<msg>.*)$")
+_ROCCLR_LEVELS = {"1": "error", "2": "warning", "3": "info", "4": "debug"}
 # Slurm's daemons (slurmd, slurmstepd, slurmctld): "[2019-09-24T10:10:06.901] [321.0] error: pyxis:
 # couldn't mkdir /run/pyxis/100005" (lowercase levels after the stamp and the job step).
 _SLURM_RE = re.compile(
@@ -292,6 +299,9 @@ def _parse(text: str) -> Record | None:
     if not text or text.startswith((">>> ", "...    ")):
         return None  # an interactive session's input (a prompt or its continuation), not output
     head = text[0]
+    if head == ":" and (rocclr := _ROCCLR_RE.match(text)) is not None:
+        return Record(_ROCCLR_LEVELS[rocclr.group("L")], "rocclr", f"hip {rocclr.group('src')}",
+                      rocclr.group("msg").strip())
     if head == "E" and (cloud := _CLOUD_STDERR_RE.match(text)) is not None:
         return _parse(cloud.group("msg"))  # the severity is the stream's, not the line's
     if head in "JFMASOND2" and (syslog := _SYSLOG_RE.match(text)) is not None:
@@ -424,7 +434,9 @@ VOCABULARY_WORDS: tuple[tuple[str, str], ...] = (
      r"|level.zero|\bze_|sycl|\bxpu|habana|\bhpu|synapse|gaudi|tensorrt|\btrt\b"
      r"|\bdevice\b|\becc\b|\bxid\b|\bdrv\b|\baclnn"
      # AWS Neuron's runtime (nrt), Moore Threads (MUSA), Kunlun's XPU runtime
-     r"|\bnrt\b|nrt::|nrt_|\bnmgr\b|neuron|\bmusa|mtgpu|xpurt|\bnvrm\b")),
+     r"|\bnrt\b|nrt::|nrt_|\bnmgr\b|neuron|\bmusa|mtgpu|xpurt|\bnvrm\b"
+     # AMD's BLAS and code objects, cuRAND, DCGM's host engine
+     r"|hipblas|\bamdgcn|\bgfx\d{3,4}|curand|\bdcgm|host engine")),
 )
 _VOCABULARY = tuple((name, re.compile(literal_first(words)))
                     for name, words in VOCABULARY_WORDS)
