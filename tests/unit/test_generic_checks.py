@@ -124,7 +124,7 @@ class TestPassingDiagnosticsAreQuiet:
             | Result                        | Pass                                         |
             | Software Library              | Result: Pass                                 |
              Out of bounds values : 0 OK
-            	lspci: Expected "3D controller: NVIDIA Corporation" count: 1, found inside the VM: 1 : PASS
+              lspci: Expected "3D controller: NVIDIA Corporation" count: 1, found inside the VM: 1 : PASS
             test_allreduce (tests.TestComm) ... FAIL
             '''))
 
