@@ -684,6 +684,25 @@ class TestHipRuntimeLog:
         assert "accelerator_runtime" == classify(record)
 
 
+class TestKvTransferEngines:
+    """The KV-cache transfer engines of disaggregated serving move data over RDMA: their error
+    records belong to the interconnect."""
+
+    @pytest.mark.parametrize("line", [
+        "E0523 06:50:40.074718   223 client.cpp:444] Transfer failed for task0",
+        "E0523 06:50:40.085733   223 store_py.cpp:367] Put operation failed with error: "
+        "TRANSFER_FAIL",
+        "E0708 09:26:26.525108   368 tcp_transport.cpp:136] Mooncake session::writeBody "
+        "failed. Error: Bad address",
+        "ERROR 08-07 04:48:56 [nixl_connector.py:816] NIXL register_memory failed",
+    ])
+    def test_their_error_records_are_the_interconnects(self, line: str) -> None:
+        record = parse_any(line)
+
+        assert record is not None
+        assert "interconnect" == classify(record)
+
+
 class TestOpenMpiRuntimeRecords:
     """Open MPI's runtime (ORTE, PRRTE, PMIx, OPAL) and launchers belong to the collective
     vocabulary: their error records are warnings; their deprecation notices stay quiet."""

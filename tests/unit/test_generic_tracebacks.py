@@ -336,6 +336,42 @@ class TestPrefixesAndInterleaving:
         assert ("OSError", "/flow/train.py:79 in save") == (captures["exception"],
                                                              captures["frame"])
 
+    def test_the_envelope_is_learnt_from_a_first_frame_when_the_header_was_cut(self) -> None:
+        """A logger that re-logs a worker's traceback line by line (vLLM's ``ERROR MM-DD
+        HH:MM:SS [file.py:N]``), its header cut off: the frames start the traceback."""
+        found = generic_scan(text_of('''
+            ERROR 04-21 20:40:51 [engine.py:140]   File "/srv/lmcache/cache_engine.py", line 183, in retrieve
+            ERROR 04-21 20:40:51 [engine.py:140]     memory_obj = self.storage_manager.get(key)
+            ERROR 04-21 20:40:51 [engine.py:140]   File "/srv/lmcache/storage_manager.py", line 236, in get
+            ERROR 04-21 20:40:51 [engine.py:140]     memory_obj = backend.get_blocking(key)
+            ERROR 04-21 20:40:51 [engine.py:140] ConnectionResetError: [Errno 104] Connection reset by peer
+            '''))
+
+        captures = _captures(found)
+        assert ("ConnectionResetError", "/srv/lmcache/storage_manager.py:236 in get") == (
+            captures["exception"], captures["frame"])
+
+    def test_headless_frames_a_logger_relogs_at_error_level_are_a_cut_traceback(self) -> None:
+        """Frames alone may be a native stack printed the Python way; frames a logger writes at
+        ERROR, cut before their exception, are a failure's traceback."""
+        found = generic_scan(text_of('''
+            (RayWorkerWrapper pid=1148) ERROR 07-14 08:10:43 worker_base.py:148]   File "/venv/vllm/worker/worker.py", line 114, in init_device
+            (RayWorkerWrapper pid=1148) ERROR 07-14 08:10:43 worker_base.py:148]     init_worker_distributed_environment(self.parallel_config)
+            (RayWorkerWrapper pid=1148) ERROR 07-14 08:10:43 worker_base.py:148]   File "/venv/vllm/distributed/parallel_state.py", line 191, in initialize_model_parallel
+            (RayWorkerWrapper pid=1148) ERROR 07-14 08:10:43 worker_base.py:148]     _TP_PYNCCL_COMMUNICATOR = PyNcclCommunicator(
+            '''))
+
+        cut = only(found, TB)
+        assert "cut_traceback" == dict(cut.labels)["shape"]
+
+    def test_headless_frames_without_an_error_envelope_stay_quiet(self) -> None:
+        found = generic_scan(text_of('''
+            INFO 07-14 08:10:43 worker_base.py:148]   File "/venv/vllm/worker/worker.py", line 114, in init_device
+            INFO 07-14 08:10:43 worker_base.py:148]     init_worker_distributed_environment(self.parallel_config)
+            '''))
+
+        assert [] == [d for d in found if d.signature == TB]
+
     @pytest.mark.parametrize("stamp", ["2022-11-08T12:29:36.521461192Z", "2023-12-03 14:56:00"])
     def test_a_time_stamp_alone_before_every_line_is_cut(self, stamp: str) -> None:
         """Docker's ``--timestamps`` and log viewers' exports put only a stamp and a blank

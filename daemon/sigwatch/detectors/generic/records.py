@@ -409,7 +409,9 @@ VOCABULARY_WORDS: tuple[tuple[str, str], ...] = (
      r"infiniband|\bib(?:_\w+|v\w*)?\b|\bmlx\d|\brdma|\broce\b|\befa\b|libfabric|\bofi\b"
      r"|net/ofi|net/ib|\bfi_[a-z]|ucx|\bucp\b|\bucp_|\bbtl_|\bmtl_|nvlink|nvswitch"
      r"|fabric ?manager|\bhccs\b"
-     r"|\bcqe\b|port (?:down|flap)|link (?:is )?(?:down|flap)|\bqp\b|\bverbs\b|hccp|\broce")),
+     r"|\bcqe\b|port (?:down|flap)|link (?:is )?(?:down|flap)|\bqp\b|\bverbs\b|hccp|\broce"
+     # KV-cache transfer engines of disaggregated serving (Mooncake, NIXL) and their words
+     r"|mooncake|\bnixl|transfer.?engine|kvtransfer|\btransfer(?:_| )fail")),
     ("storage", (
      r"\bnfs\d?\b|lustre|gpfs|beegfs|weka|ceph|\bs3\b|\bgcs\b|hdfs|\bblob\b|\bdisk\b"
      r"|filesystem|file system|no space left|enospc|\beio\b|input/output error|i/o error"

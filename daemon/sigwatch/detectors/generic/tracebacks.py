@@ -235,8 +235,13 @@ class Exc:
 
 _ENVELOPE_RE = re.compile(
     # (or a time stamp alone, and one blank: Docker's --timestamps, a log viewer's export)
-    rf"^(?P<env>.{{8,160}}?[\])]\s+|{ISO_STAMP} )(?=Traceback \(most recent call last\)|\s*File \"|"
+    # (the envelope ends at one blank: the traceback's own indentation is not part of it)
+    rf"^(?P<env>.{{8,160}}?[\])][ \t]|{ISO_STAMP} )(?=\s*Traceback \(most recent call last\)"
+    r"|\s*File \"|"
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b)")
+
+
+_ERROR_LEVEL_RE = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b")
 
 
 def _envelope(text: str) -> str:
@@ -255,8 +260,13 @@ def _frame(m: re.Match[str]) -> Frame | None:
 
 
 def frame_line(text: str) -> bool:
-    """True for a line that is a frame of a Python traceback (a headless traceback starts)."""
-    return _FRAME_RE.match(text) is not None
+    """True for a line that is a frame of a Python traceback (a headless traceback starts),
+    also behind an envelope the report then learns (a logger's ``ERROR 04-21 20:40:51
+    [engine.py:140]`` before every line of a traceback whose header was cut off)."""
+    if _FRAME_RE.match(text) is not None:
+        return True
+    m = _ENVELOPE_RE.match(text)
+    return m is not None and _FRAME_RE.match(text[m.end("env"):]) is not None
 
 
 def unmarked(text: str) -> str:
@@ -430,6 +440,9 @@ class TracebackReport(Report):
         # before every line): learnt from the first line, cut from the lines that carry the
         # same envelope (same characters, digits aside).
         self.envelope = _envelope(first.text)
+        # A logger that re-logs the traceback at error level on every line says itself that
+        # it reports a failure: its frames are not a native stack printed the Python way.
+        self.logged_as_error = _ERROR_LEVEL_RE.search(self.envelope) is not None
         self.lines: deque[str] = deque(maxlen=MAX_CONTEXT)  # what the detection quotes
         self.tbs: list[_Tb] = [_Tb()]
         self.state = "frames"
@@ -613,10 +626,11 @@ class TracebackReport(Report):
         """A traceback whose output ended inside its frames (its stream closed, or no line
         came for the hold): (its innermost frame, the innermost frame of the user's code).
         None when it has an exception line, no header (frames alone may be a native stack
-        printed the Python way), no frame, a line of its rank after it (the output went on:
-        nothing ended there), or is quiet for another reason."""
-        if (not self.headed or self.state != "frames" or self._last() is not None
-                or self.continued or self.trailing):
+        printed the Python way; unless a logger's error-level envelope is on them), no frame,
+        a line of its rank after it (the output went on: nothing ended there), or is quiet
+        for another reason."""
+        if (not (self.headed or self.logged_as_error) or self.state != "frames"
+                or self._last() is not None or self.continued or self.trailing):
             return None
         innermost = next((tb.frames[-1] for tb in reversed(self.tbs) if tb.frames), None)
         if innermost is None or self._quiet() or self._printing_caller():
