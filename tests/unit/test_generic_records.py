@@ -118,6 +118,20 @@ class TestComponents:
          "with err: 1004", "accelerator_runtime"),
         ("[ERR][BKCL][init.cpp:1485] BKCL dont support send to one peer multi times in one group",
          "collective"),
+        # AMD's BLAS, cuRAND and DCGM's host engine are the accelerator's
+        ("hipBLASLt error: Heuristic Fetch Failed!", "accelerator_runtime"),
+        ("Error: Curand error 203 - rand.cpp:74: curandCreateGenerator failed",
+         "accelerator_runtime"),
+        ('level=error msg="Error getting the latest value: Host engine connection lost"',
+         "accelerator_runtime"),
+        # the KV-cache transfer engines of disaggregated serving move data over RDMA
+        ("E0523 06:50:40.074718   223 client.cpp:444] Transfer failed for task0", "interconnect"),
+        ("E0523 06:50:40.085733   223 store_py.cpp:367] Put operation failed with error: "
+         "TRANSFER_FAIL", "interconnect"),
+        ("E0708 09:26:26.525108   368 tcp_transport.cpp:136] Mooncake session::writeBody "
+         "failed. Error: Bad address", "interconnect"),
+        ("ERROR 08-07 04:48:56 [nixl_connector.py:816] NIXL register_memory failed",
+         "interconnect"),
         ("ERROR:x:the config file is malformed", "other"),
     ], ids=lambda v: v[:30])
     def test_the_component_comes_from_the_vocabulary(self, line: str, component: str) -> None:
@@ -671,36 +685,6 @@ class TestHipRuntimeLog:
 
         assert record is not None
         assert ("info", "rocclr") == (record.level, record.form)
-
-    @pytest.mark.parametrize("line", [
-        "hipBLASLt error: Heuristic Fetch Failed!",
-        "Error: Curand error 203 - rand.cpp:74: curandCreateGenerator failed",
-        'level=error msg="Error getting the latest value: Host engine connection lost"',
-    ])
-    def test_amd_blas_curand_and_dcgm_belong_to_the_accelerator(self, line: str) -> None:
-        record = parse_any(line)
-
-        assert record is not None
-        assert "accelerator_runtime" == classify(record)
-
-
-class TestKvTransferEngines:
-    """The KV-cache transfer engines of disaggregated serving move data over RDMA: their error
-    records belong to the interconnect."""
-
-    @pytest.mark.parametrize("line", [
-        "E0523 06:50:40.074718   223 client.cpp:444] Transfer failed for task0",
-        "E0523 06:50:40.085733   223 store_py.cpp:367] Put operation failed with error: "
-        "TRANSFER_FAIL",
-        "E0708 09:26:26.525108   368 tcp_transport.cpp:136] Mooncake session::writeBody "
-        "failed. Error: Bad address",
-        "ERROR 08-07 04:48:56 [nixl_connector.py:816] NIXL register_memory failed",
-    ])
-    def test_their_error_records_are_the_interconnects(self, line: str) -> None:
-        record = parse_any(line)
-
-        assert record is not None
-        assert "interconnect" == classify(record)
 
 
 class TestOpenMpiRuntimeRecords:
