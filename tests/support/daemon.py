@@ -17,11 +17,20 @@ from pathlib import Path
 
 import pytest
 
+_HANDED_OUT: set[int] = set()
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and not handed out before in this process: each port is
+    released when chosen, so two choices in a row (a replica's web port and another's gossip
+    port) could otherwise be the same number and the second server fail to bind."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def free_gossip_port() -> int:
