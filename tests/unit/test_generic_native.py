@@ -41,6 +41,8 @@ class TestFatalSignalsAsToolsPrintThem:
          "img.sif python3 train.py", "SIGSEGV"),
         ("zsh: segmentation fault (core dumped)  python train.py", "SIGSEGV"),
         ("[1]    2964311 abort (core dumped)  python test.py", "SIGABRT"),
+        ("[1]    46252 IOT instruction  blaze-bin/third_party/gpus/cutlass/test/batched_gemv",
+         "SIGABRT"),  # zsh's name for SIGIOT, which is SIGABRT
         ("0: Program received signal SIGSEGV: Segmentation fault - invalid memory reference.",
          "SIGSEGV"),
         ("Process finished with exit code 137 (interrupted by signal 9: SIGKILL)", "SIGKILL"),
@@ -101,9 +103,12 @@ class TestAbortsAndFailedChecks:
         "*** stack smashing detected ***: terminated",
         "[gpu001:00000] *** An error occurred in MPI_Init",
         "Abort(271763599) on node 7 (rank 7 in comm 0): Fatal error in internal_Send",
+        "libc++abi: terminating due to uncaught exception of type cutlass::cuda_exception: "
+        "std::exception",
     ], ids=lambda v: v[:40])
     def test_aborts_and_failed_checks_are_crashes(self, line: str) -> None:
-        """glog CHECK, protobuf CHECK, assert(), glibc's heap checks, MPI's error handlers."""
+        """glog CHECK, protobuf CHECK, assert(), glibc's heap checks, MPI's error handlers,
+        LLVM's C++ runtime (libc++abi) terminating on an uncaught exception."""
         assert _crash(line + "\n")["kind"] in ("check", "abort")
 
     @pytest.mark.parametrize("line", [
@@ -209,6 +214,9 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
      "death signal, shutting down workers"),
     ("terminate called after throwing an instance of 'c10::Error'",
      "terminate called recursively"),
+    ("libc++abi: terminating due to uncaught exception of type std::runtime_error: boom",
+     "libc++abi.dylib: terminating with uncaught exception of type c10::Error",
+     "libc++abi: terminating"),
     ("double free or corruption (out)", "free(): invalid pointer",
      "munmap_chunk(): invalid pointer", "malloc(): corrupted top size",
      "corrupted size vs. prev_size", "*** stack smashing detected ***: terminated",

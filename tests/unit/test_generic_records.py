@@ -667,6 +667,66 @@ class TestKernelDriverLines:
         assert [] == loud(generic_scan(line + "\n"))
 
 
+class TestKernelWarningsAndPowerVrDriverRecords:
+    """The kernel's warning splat in a GPU or HCA driver's module is that driver reaching a state
+    it asserts never happens; Moore Threads' driver (PowerVR-derived) writes its own level. A
+    splat in another module (a display's) stays a plain warning, which pages nobody."""
+
+    @pytest.mark.parametrize("line", [
+        "[234620.923027] WARNING: CPU: 25 PID: 550 at /var/lib/dkms/mtgpu/1.0.0/build/src/pvr/"
+        "osfunc.c:1191 OSWarnOn+0xf/0x20 [mtgpu]",
+        "kernel: WARNING: CPU: 3 PID: 7731 at /var/lib/dkms/nvidia/535.104.05/build/nvidia/"
+        "nv.c:4051 nv_pci_remove+0x2a1/0x330 [nvidia]",
+        "[24078.925037] MTGPU:(Error): 56377:  PID 1747 experienced error Guilty Lockup (0x1) "
+        "caller[CheckFWCCB CTX Reset Noticication] [188]",
+    ])
+    def test_a_gpu_drivers_warning_splat_or_error_is_an_accelerator_warning(
+            self, line: str) -> None:
+        severity, captures = _record(line)
+
+        assert Severity.WARNING == severity
+        assert "accelerator_runtime" == captures["component"]
+
+    def test_a_splat_in_another_module_stays_quiet(self) -> None:
+        assert [] == loud(generic_scan(
+            "[   12.300000] WARNING: CPU: 3 PID: 1 at drivers/gpu/drm/drm_edid.c:123 "
+            "drm_edid_block_valid+0x1/0x2 [drm]\n"))
+
+
+class TestNvidiaCompilerTools:
+    """ptxas, nvcc and nvlink print ``<tool> fatal   : message`` (and ``error``) when a kernel
+    cannot be built for this GPU: at a job's start, or when Triton or XLA compile one."""
+
+    def test_a_fatal_ptxas_line_is_a_fatal_record_of_the_accelerator_runtime(self) -> None:
+        severity, captures = _record(
+            "ptxas-blackwell fatal   : Value 'sm_110a' is not defined for option 'gpu-name'")
+
+        assert Severity.ERROR == severity
+        assert ("accelerator_runtime", "fatal") == (captures["component"], captures["level"])
+
+    def test_its_information_lines_are_not_records(self) -> None:
+        assert parse_any("ptxas info    : Used 32 registers, 384 bytes cmem[0]") is None
+
+
+class TestXlaAutotunerNotices:
+    """XLA's GPU autotuner logs at E level the device and every difference between two
+    algorithms' results, then picks one and goes on (danijar/dreamerv3 #19, a healthy run)."""
+
+    def test_its_error_level_lines_stay_quiet(self) -> None:
+        assert [] == loud(generic_scan(text_of('''
+            2023-02-26 17:20:25.279528: E external/org_tensorflow/tensorflow/compiler/xla/service/gpu/gpu_conv_algorithm_picker.cc:265] cudnn version: 8.7.0
+            2023-02-26 17:20:25.287494: E external/org_tensorflow/tensorflow/compiler/xla/service/gpu/buffer_comparator.cc:731] Difference at 11: 3100 vs 2786
+            2024-05-01 12:03:32.956935: E external/xla/xla/service/gpu/conv_algorithm_picker.cc:307] Device: NVIDIA RTX 6000 Ada Generation
+            ''')))
+
+    def test_another_xla_source_at_error_level_is_still_read(self) -> None:
+        severity, _captures = _record(
+            "2024-05-01 12:03:33.000000: E external/xla/xla/service/gpu/gpu_executable.cc:90] "
+            "INTERNAL: Failed to launch CUDA kernel: CUDA_ERROR_ILLEGAL_ADDRESS")
+
+        assert Severity.WARNING == severity
+
+
 class TestHipRuntimeLog:
     """AMD's HIP runtime with AMD_LOG_LEVEL set writes ``:LEVEL:file.cpp :line: time us:``:
     level 1 is an error of the accelerator runtime, 3 and 4 are information."""

@@ -414,6 +414,19 @@ class TestPrefixesAndInterleaving:
 
         assert "jaxlib.xla_extension.XlaRuntimeError" == _captures(found)["exception"]
 
+    def test_a_class_from_an_exceptions_module_printed_alone_is_a_failure(self) -> None:
+        """Its name does not end in Error, its module says what it is (microsoft/dion #23)."""
+        found = generic_scan("torch._dynamo.exc.FailOnRecompileLimitHit: recompile_limit "
+                             "reached with fullgraph=True.\n")
+
+        assert "torch._dynamo.exc.FailOnRecompileLimitHit" == _captures(found)["exception"]
+
+    def test_a_qualified_name_without_a_message_or_outside_such_a_module_is_not(self) -> None:
+        assert [] == loud(generic_scan(text_of('''
+            torch._dynamo.exc.Unsupported:
+            model.layers.MixtureOfExperts: 8 experts, top-2
+            ''')))
+
 
 class TestTracebacksThatEndNothing:
     def test_a_traceback_logged_at_warning_then_the_run_goes_on_is_quiet(self) -> None:

@@ -356,7 +356,7 @@ SHAPE_LITERALS: tuple[bytes, ...] = (
     b"important_warn", b"eneral_warn", b"session starts", b"captured std", b"captured log",
     b'ile "', b"exhausted", b"deadline_exceeded", b"already_exists", b"out_of_range",
     b"data_loss", b"ccl_e_", b"err0", b"err1", b"err2", b"err3", b"err4", b"err5", b"err6",
-    b"err7", b"err8", b"err9", b"fi_getinfo: -", b": <inactive>",
+    b"err7", b"err8", b"err9", b"fi_getinfo: -", b": <inactive>", b"iot instruction",
     # zh_CN signal reports (glibc strsignal, bash jobs.c): segfault, bus error, FPE, illegal
     # instruction, aborted, killed, core dumped
     "段错误".encode(), "总线错误".encode(), "浮点数".encode(), "非法指令".encode(),

@@ -22,6 +22,7 @@ DETECTOR_SIGNATURES = frozenset({
     "training_loss_scale_minimum", "training_nonfinite", "command_exited_abnormally",
     "training_loss_scale_collapse", "training_loss_diverged",
     "generic_traceback", "generic_native_crash", "generic_error_record", "generic_failed_check",
+    "generic_blocked_stack",
 })
 """Detections of the detectors beyond signature files: a rule may name them too."""
 

@@ -1,6 +1,6 @@
 """The generic layer: failures caught by their shape, whatever their wording (issue 20).
 
-Four shapes, each a detection of its own, ranked below the signature library:
+Five shapes, each a detection of its own, ranked below the signature library:
 
 - ``generic_traceback``: a Python traceback that ends a process, a rank or a thread, whatever
   the exception class, chained or wrapped by a launcher; it names the exception and the
@@ -10,7 +10,10 @@ Four shapes, each a detection of its own, ranked below the signature library:
 - ``generic_error_record``: an error- or fatal-level record in a log format training stacks
   use, classified by component, its message masked into a template, a documented vendor code
   named with its meaning (``records.py``, ``codes.py``);
-- ``generic_failed_check``: a diagnostic reporting a failed check (``checks.py``).
+- ``generic_failed_check``: a diagnostic reporting a failed check (``checks.py``);
+- ``generic_blocked_stack``: a dump of a live process's stacks (py-spy's, faulthandler's) with
+  a thread blocked in a collective, or the main thread waiting on its peers or children: the
+  hang someone (or a watchdog) dumped it for (``tracebacks.py``).
 
 ``GenericDetector`` (``detector.py``) reads them all in one per-chunk detector.
 """

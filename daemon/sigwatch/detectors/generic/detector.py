@@ -1,6 +1,6 @@
 """``GenericDetector``: failures caught by their shape, whatever their wording.
 
-One per-chunk detector reads four shapes (see the package docstring). Its interests join the
+One per-chunk detector reads five shapes (see the package docstring). Its interests join the
 runtime's single interest pass; a line none of them selects costs nothing here. A multi-line
 shape (a traceback, a faulthandler dump, an nccl-tests table) is read line by line from the
 chunk's bytes once its first line was selected, across chunks (``following``), and only for as
@@ -49,6 +49,7 @@ from sigwatch.detectors.generic.tracebacks import (
     Outcome,
     Preceding,
     Report,
+    StackDumpReport,
     TerminateReport,
     TracebackReport,
     bare_exception,
@@ -56,6 +57,7 @@ from sigwatch.detectors.generic.tracebacks import (
     exit_report,
     flattened,
     frame_line,
+    stack_dump_start,
 )
 from sigwatch.detectors.templates import ERROR_INTEREST, strip_header
 from sigwatch.framing.normalize import normalize, parse_prefix
@@ -72,12 +74,14 @@ TRACEBACK = "generic_traceback"
 NATIVE_CRASH = "generic_native_crash"
 ERROR_RECORD = "generic_error_record"
 FAILED_CHECK = "generic_failed_check"
-GENERIC_SIGNATURES = (TRACEBACK, NATIVE_CRASH, ERROR_RECORD, FAILED_CHECK)
+BLOCKED_STACK = "generic_blocked_stack"
+GENERIC_SIGNATURES = (TRACEBACK, NATIVE_CRASH, ERROR_RECORD, FAILED_CHECK, BLOCKED_STACK)
 """The ``signature`` values the generic layer emits (a closed set)."""
 
 SHAPES = {"traceback": "fallout", "exception": "fold", "cut_traceback": "fold",
           "faulthandler": "fallout",
-          "native_crash": "fold", "error_record": "fold", "failed_check": "fold"}
+          "native_crash": "fold", "error_record": "fold", "failed_check": "fold",
+          "blocked_stack": "fold"}
 """Each shape (the ``shape`` label) and what a signature detected on the same line does to it:
 ``fold`` drops the generic detection, ``fallout`` keeps it as fallout naming the signature (a
 traceback or a faulthandler dump that names the user's frame says more than the line; an
@@ -91,7 +95,9 @@ exception without a frame of the user's code does not)."""
 # health labels' values (``=ERR_...``,
 # ``=EVICT``, ``=UNHEALTHY``), libfabric's ``<warn>`` (its highest level: its errors are
 # logged there), Horovod's ``Process 3 exit with status code 250``, DeepSpeed's ``Killing
-# subprocess N`` fan-out and a gdb frame in ``raise ()`` (``__GI_raise (sig=6)``). Every branch
+# subprocess N`` fan-out, a gdb frame in ``raise ()`` (``__GI_raise (sig=6)``) and the head of a
+# thread's stack in py-spy's and faulthandler's dumps (``Thread 835995 (active)``) and the
+# kernel's warning splat (``WARNING: CPU: 25 PID: 550 at ...``). Every branch
 # but ``<warn>`` starts with a byte the trie already starts on, so the pass has no more
 # candidate positions than the trie alone, and ``<`` only adds tqdm's ``[08:56<02:05`` (one
 # byte tried, then given up).
@@ -101,7 +107,9 @@ exception without a frame of the user's code does not)."""
 _INTEREST = re.compile(
     rb"E(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9]|\] |RR\]| [0-9]+ [0-9]+\]|RR_|VICT|RRO\[)"
     rb"|F(?:[0-9]{3,4} [0-9][0-9]:| [\w./-]+:[0-9]|ATA\[)|C [0-9]+ [0-9]+\]|U(?:NHEALTHY|nhealthy)"
-    rb"|<warn> |exit with status code|Killing subprocess [0-9]|raise \(")
+    rb"|<warn> |exit with status code|Killing subprocess [0-9]|raise \("
+    rb"|Thread (?:0x)?[0-9a-fA-F]{1,16} \((?:active|idle|most recent call first)"
+    rb"|WARNING: CPU: [0-9]")
 _EVERY_LINE = re.compile(rb"^(?!\Z)", re.M)
 
 _HARNESS_RE = re.compile(r"={3,} test session starts ={3,}|^-{3,} Captured (?:stdout|stderr|log) "
@@ -155,8 +163,11 @@ _STOPPED_RE = re.compile(literal_first(STOPPED_WORDS))
 _BENIGN_RECORD_RE = re.compile(literal_first(BENIGN_WORDS))
 # Sources whose error-level records are notices: XLA's slow_operation_alarm ("Constant folding an
 # instruction is taking > 1s", "The operation took 2.2s": it says itself that this "isn't
-# necessarily a bug"; compilation goes on).
-_BENIGN_SOURCES = frozenset({"slow_operation_alarm.cc"})
+# necessarily a bug"; compilation goes on), and XLA's GPU autotuner, which logs at E level the
+# device, the cuDNN version and every "Difference at N" between two algorithms' results when
+# they disagree, then picks one and goes on (its failures are signatures: xla_conv_autotune_failed).
+_BENIGN_SOURCES = frozenset({"slow_operation_alarm.cc", "conv_algorithm_picker.cc",
+                             "gpu_conv_algorithm_picker.cc", "buffer_comparator.cc"})
 # "retrying... (attempt 60/60)": the last attempt failed, the retries ran out (not benign).
 _LAST_ATTEMPT_RE = re.compile(r"\battempt (\d{1,4})\s*(?:/|of)\s*\1\b")
 
@@ -272,6 +283,19 @@ _RECORD_REMEDY = Remediation(
         ("A documented vendor code is named with its meaning; look it up in the vendor's "
          "error reference for the fix."),
         "If it is a recurring failure mode, write a signature for it (patterns/AUTHORING.md).",
+    ),
+    action="investigate")
+_BLOCKED_REMEDY = Remediation(
+    summary=("A dump of a live process's stacks shows it blocked waiting on its peers (a "
+             "collective) or its children: the job hangs there, or did when the dump was "
+             "taken."),
+    steps=(
+        ("Dump every rank the same way (py-spy dump --pid PID): the rank that is not in the "
+         "collective, or is in a different one, is the one the others wait for."),
+        ("Look on that rank's node for what stopped it: an Xid, a NCCL or fabric error, a "
+         "process killed by the OOM killer, a full disk."),
+        ("If every rank waits in the same collective, set NCCL_DEBUG=INFO and "
+         "TORCH_NCCL_TRACE_BUFFER_SIZE for the collective's sequence numbers."),
     ),
     action="investigate")
 _CHECK_REMEDY = Remediation(
@@ -549,6 +573,10 @@ class GenericDetector:
         if NcclTable.header(text):
             st.table = NcclTable(text)
             return []
+        if stack_dump_start(text):
+            out = self._close_rank(st, line.rank)
+            st.reports[line.rank] = StackDumpReport(line, hold=self.hold, now=now)
+            return out
         if backtrace_start(text):
             out = self._close_rank(st, line.rank)
             st.reports[line.rank] = BacktraceReport(line, hold=self.hold, now=now)
@@ -643,7 +671,24 @@ class GenericDetector:
         if isinstance(report, BacktraceReport):
             return self._emit(st, self._crash(st, report.crash(), report.line,
                                               frame=report.culprit()))
+        if isinstance(report, StackDumpReport):
+            blocked = report.blocked()
+            return self._emit(st, self._blocked(report, *blocked)) if blocked else []
         return []
+
+    def _blocked(self, report: StackDumpReport, thread: str, frame: Frame) -> _Found:
+        """A stack dump with a thread blocked in a collective or a wait (see the report)."""
+        captures: list[tuple[str, str]] = [("frame", frame.describe())]
+        if thread:
+            captures.append(("thread", thread))
+        key = "|".join(("blocked", frame.func, frame.path.rsplit("/", 1)[-1]))
+        summary = clip(f"a stack dump shows {thread or 'a thread'} blocked in {frame.func} "
+                       f"({frame.path}:{frame.line})", 300)
+        return _Found(BLOCKED_STACK, "Process Stack Dump Shows It Blocked Waiting",
+                      Severity.WARNING, report.line, "stack_dump", key,
+                      _with_summary(_BLOCKED_REMEDY, summary), captures=tuple(captures),
+                      facts=tuple(captures), owner="unknown",
+                      labels=(("layer", "generic"), ("shape", "blocked_stack")))
 
     def _traceback(self, outcome: Outcome) -> _Found:
         exc = outcome.exc

@@ -58,6 +58,7 @@ _KERNEL_TRAPS = {"segfault": 11, "general protection fault": 11, "stack segment"
 _SHELL_WORDS = {
     "segmentation fault": 11, "bus error": 7, "floating point exception": 8,
     "illegal instruction": 4, "illegal hardware instruction": 4, "aborted": 6, "abort": 6,
+    "iot instruction": 6,  # zsh's name for SIGABRT (SIGIOT) on some systems
     "killed": 9, "trace/breakpoint trap": 5, "terminated": 15, "hangup": 1, "quit": 3,
     "cpu time limit exceeded": 24, "file size limit exceeded": 25, "bad system call": 31,
     # zh_CN, as glibc's strsignal (sysdeps/generic/siglist.h) and bash (siglist.c) translate
@@ -96,7 +97,8 @@ _SHELL_WORD = (r"(?P<word>Segmentation fault|Bus error|Floating point exception|
                r"|段错误|总线错误|浮点数例外|浮点数异常|非法指令|非法的指令|已放弃|已杀死"
                r"|追踪与中断点陷阱|已终止)")
 _ZSH_WORD = (r"(?P<zword>segmentation fault|bus error|floating point exception"
-             r"|illegal hardware instruction|abort|killed|trace trap|terminated|hangup)")
+             r"|illegal hardware instruction|abort|IOT instruction|killed|trace trap|terminated"
+             r"|hangup)")
 # bash's "line N:" (zh_CN: "行 N:", newer catalogues "第 N 行" and a full-width colon, U+FF1A)
 _LINE_NO = r"(?:line \d{1,7}|行 \d{1,7}|第 ?\d{1,7} ?行)[:\uff1a]"
 _SHELL_RE = re.compile(
@@ -134,6 +136,9 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                        r"|SignalException: Process \d{1,10} got signal: )(?P<num>\d{1,2})\b")),
         ("abort", (r"terminate called (?:after throwing an instance of '(?P<what>[^']{1,200})'"
                    r"|recursively|without an active exception)")),
+        # LLVM's C++ runtime (clang builds, macOS): the same std::terminate, one line
+        ("abort", (r"\blibc\+\+abi(?:\.dylib)?: terminating(?: (?:due to|with) uncaught "
+                   r"exception of type (?P<what>\S[^\n]{0,200}))?")),
         ("abort", (r"^(?:\*\*\* )?(?P<what>double free or corruption"
                    r"|free\(\): invalid (?:pointer|size)|munmap_chunk\(\): invalid pointer"
                    r"|malloc\(\): (?:corrupted|memory corruption)[^*]{0,60}"
@@ -258,7 +263,7 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 # ``test_generic_native`` checks the phrases against every line of the corpora with and
 # without this.
 _PHRASE_HINTS = re.compile("|".join(re.escape(hint) for hint in (
-    "terminate called", "double free", "free(): invalid", "munmap_chunk", "malloc(): ",
+    "terminate called", "libc++abi", "double free", "free(): invalid", "munmap_chunk", "malloc(): ",
     "corrupted size", "stack smashing", "pure virtual", "***", "heck failed: ", "CHECK failed: ",
     "Assertion ", "signal", "Signal", "exit", "return", "MPI_", "Abort(", "Killed process",
     "segfault at", "general protection fault", "divide error", "invalid opcode",

@@ -188,6 +188,24 @@ _KERNEL_BENIGN_RE = re.compile(
     r"(?i)module verification failed|tainting kernel|\bcorrected\b|\b0 errors?\b"
     r"|\berrors?(?: count)?\s*[:=]\s*0\b|\bno errors?\b|\bmlx5_cmd_(?:out_err|check)\b"
     r"|secure display")
+# The kernel's warning splat inside one of those drivers' modules (``WARNING: CPU: 25 PID: 550 at
+# .../osfunc.c:1191 OSWarnOn+0xf/0x20 [mtgpu]``): the driver reached a state it asserts never
+# happens; and the records of the GPU drivers derived from PowerVR's (Moore Threads' ``MTGPU:
+# (Error): ... experienced error Guilty Lockup``), whose level is in the line.
+_GPU_MODULES = (r"nvidia(?:_uvm|_modeset|_drm|_peermem)?|amdgpu|amdkfd|mtgpu|habanalabs|mlx5_core"
+                r"|mlx5_ib|ib_core")
+_KERNEL_WARN_RE = re.compile(
+    r"^(?:\[ {0,12}\d{1,10}\.\d{1,9}\] )?(?:kernel: )?WARNING: CPU: \d{1,5} PID: \d{1,10} at "
+    r"\S{1,300} (?P<func>[\w.]{1,120})\+0x[0-9a-f]{1,8}/0x[0-9a-f]{1,8} \[(?P<src>"
+    + _GPU_MODULES + r")\]")
+_PVR_RE = re.compile(r"^(?:\[ {0,12}\d{1,10}\.\d{1,9}\] )?(?:kernel: )?(?P<src>MTGPU|PVR_K):"
+                     r"\((?P<L>Error|Fatal)\): (?:\d{1,10}: )?(?P<msg>\S.*)$")
+# NVIDIA's compiler tools (``ptxas fatal   : Value 'sm_110a' is not defined for option
+# 'gpu-name'``, ``nvcc fatal   : Unsupported gpu architecture``, ``ptxas error   : Entry function
+# uses too much shared data``; a suffixed build such as ``ptxas-blackwell``): Triton, XLA and
+# extensions call them while a job starts or compiles a kernel.
+_NV_TOOL_RE = re.compile(r"^(?P<src>ptxas|nvcc|nvlink|fatbinary|cicc|nvrtc)(?:-[\w.]{1,20})? "
+                         r"(?P<L>fatal|error)\s{0,8}: (?P<msg>\S.*)$")
 # AMD's HIP runtime (ROCclr) with AMD_LOG_LEVEL set: ``:1:memory.cpp :347 : 9616777840 us: 4277 :
 # [tid:0x7f2a] Video memory allocation failed!``; the number after the first colon is the level
 # (1 error, 2 warning, 3 info, 4 debug).
@@ -299,6 +317,10 @@ def _parse(text: str) -> Record | None:
     if not text or text.startswith((">>> ", "...    ")):
         return None  # an interactive session's input (a prompt or its continuation), not output
     head = text[0]
+    if head in "[kW" and (warn := _KERNEL_WARN_RE.match(text)) is not None:
+        # before the other forms: its ``WARNING:`` is the kernel's, not a logger's
+        return Record("error", "kernel", warn.group("src"),
+                      f"kernel warning in {warn.group('func')} [{warn.group('src')}]")
     if head == ":" and (rocclr := _ROCCLR_RE.match(text)) is not None:
         return Record(_ROCCLR_LEVELS[rocclr.group("L")], "rocclr", f"hip {rocclr.group('src')}",
                       rocclr.group("msg").strip())
@@ -377,6 +399,9 @@ def _parse(text: str) -> Record | None:
         if m is not None:
             return Record(_level(m.group("L")), "pipe", (m.group("src") or "").strip(),
                           m.group("msg").strip())
+    if head in "pncf" and (tool := _NV_TOOL_RE.match(text)) is not None:
+        return Record(_level(tool.group("L")), "component", f"cuda {tool.group('src')}",
+                      tool.group("msg").strip())
     record = _header_record(text)
     if record is not None:
         return record
@@ -397,6 +422,11 @@ def _parse(text: str) -> Record | None:
             message = m.group("msg")
             if _KERNEL_FAILURE_RE.search(message) and not _KERNEL_BENIGN_RE.search(message):
                 return Record("error", "kernel", m.group("src"), message.strip())
+    if head in "[kMP":
+        m = _PVR_RE.match(text)
+        if m is not None:
+            return Record(_level(m.group("L")), "kernel", m.group("src").lower(),
+                          m.group("msg").strip())
     return None
 
 

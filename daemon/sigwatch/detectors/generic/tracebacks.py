@@ -45,6 +45,7 @@ __all__ = [
     "LineIn",
     "Preceding",
     "Report",
+    "StackDumpReport",
     "TerminateReport",
     "TracebackReport",
     "bare_exception",
@@ -54,6 +55,7 @@ __all__ = [
     "flattened",
     "frame_line",
     "parse_exception",
+    "stack_dump_start",
     "unmarked",
 ]
 
@@ -78,11 +80,14 @@ _EXC_RE = re.compile(
     r"(?:\((?P<inner>[A-Za-z_][\w.]{0,120})\)| \((?P<aside>[^()]{1,60})\))?"
     r"(?::(?:[ \t](?P<msg>.*)|[ \t]*))?$")
 # An exception line on its own (its traceback cut off, or never printed): the class must say
-# it is an exception, and carry a message or its module.
+# it is an exception (by its name, or by the module it lives in: ``torch._dynamo.exc.
+# FailOnRecompileLimitHit``, a package's ``errors``/``exceptions`` module), and carry a message
+# or its module.
 _BARE_RE = re.compile(
     r"^(?:[A-Z]\w{2,80}: )?(?:(?:[A-Za-z_]\w{0,80}\.){0,12}[A-Za-z_]\w{0,80}(?:Error|Exception"
-    r"|Failure|Fault|Interrupt|Exit|Timeout)|Exception)(?:\([A-Za-z_][\w.]{0,120}\)"
-    r"| \([^()]{1,60}\))?:(?: \S|\s*$)")
+    r"|Failure|Fault|Interrupt|Exit|Timeout)|Exception"
+    r"|(?:[A-Za-z_]\w{0,80}\.){1,10}(?:exc|errors?|exceptions?)\.[A-Z]\w{2,80}(?=: \S))"
+    r"(?:\([A-Za-z_][\w.]{0,120}\)| \([^()]{1,60}\))?:(?: \S|\s*$)")
 _DIGITS_RE = re.compile(r"\d")
 # Markup a page or a chat wraps around a line it quotes (``**...**``, ``__...__``, a backtick
 # span): the same mark on both ends.
@@ -728,6 +733,91 @@ class FaultReport(Report):
     def frame(self) -> Frame | None:
         """The innermost frame of the user's code (faulthandler lists the newest first)."""
         return next((f for f in self.frames if is_user_frame(f.path)), None)
+
+
+# A thread's stack as py-spy dumps it (``Thread 835995 (active): "MainThread"``, then frames
+# ``    broadcast (torch/distributed/distributed_c10d.py:1191)``), or as faulthandler dumps a
+# live process (``Thread 0x00007f... (most recent call first):``, frames ``  File "...", line N
+# in f``) when asked by a signal, a ``dump_traceback_later`` watchdog or a hang detector.
+_PYSPY_THREAD_RE = re.compile(r'^\s*Thread (?:0x)?[0-9a-fA-F]{1,16} \((?:active|idle)(?:\+gil)?\)'
+                              r'(?:: "(?P<name>[^"]{0,80})")?\s*$')
+_PYSPY_FRAME_RE = re.compile(r"^\s+(?P<func>[^\s()]{1,200}) \((?P<path>[^()]{1,400}):"
+                             r"(?P<line>\d{1,7})\)\s*$")
+# Calls a process blocks in until its peers or its children answer: the collectives and
+# point-to-point calls of torch.distributed and its peers (DeepSpeed, vLLM, Horovod), a
+# device synchronisation, a wait on a child process or a thread.
+_COLLECTIVE_CALLS = frozenset((
+    "all_reduce", "allreduce", "broadcast", "barrier", "monitored_barrier", "all_gather",
+    "allgather", "all_gather_into_tensor", "_all_gather_base", "all_gather_object",
+    "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all",
+    "all_to_all_single", "alltoall", "broadcast_object_list", "gather", "scatter", "recv",
+    "send", "batch_isend_irecv", "reduce"))
+_WAIT_CALLS = frozenset(("wait", "join", "poll", "synchronize", "_wait_for_tstate_lock",
+                         "current_stream_synchronize"))
+_INNERMOST = 4  # frames from the innermost that decide what a thread is blocked in
+
+
+def stack_dump_start(text: str) -> bool:
+    """True for the head of one thread's stack in a dump of a live process."""
+    return (_PYSPY_THREAD_RE.match(text) is not None
+            or (_THREAD_HEAD_RE.match(text) is not None and "Stack (" not in text))
+
+
+class StackDumpReport(Report):
+    """A dump of a live process's thread stacks (py-spy's, faulthandler's): read until a line
+    that is neither a thread's head nor a frame. Nobody dumps the stacks of a process that
+    works: the dump is read as a hang when a thread is blocked in a collective (or the main
+    thread in a wait on its peers or children)."""
+
+    kind = "stack_dump"
+
+    def __init__(self, first: LineIn, *, hold: float, now: float) -> None:
+        super().__init__(first, now + hold)
+        self.line = first
+        self.threads: list[tuple[str, list[Frame]]] = []
+        self.blanks = 0
+        self.feed(first, now)
+
+    def feed(self, line: LineIn, now: float) -> bool:
+        _ = now
+        text = line.text
+        head = _PYSPY_THREAD_RE.match(text)
+        if head is not None or _THREAD_HEAD_RE.match(text):
+            name = (head.group("name") or "") if head is not None else (
+                "MainThread" if text.startswith("Current thread") else "")
+            self.threads.append((name, []))
+            self.blanks = 0
+            return True
+        frame = _PYSPY_FRAME_RE.match(text) or _FAULT_FRAME_RE.match(text)
+        if frame is not None and self.threads:
+            frames = self.threads[-1][1]
+            if len(frames) < 64:
+                frames.append(Frame(frame.group("path"), int(frame.group("line")),
+                                    frame.group("func")))
+            self.blanks = 0
+            return True
+        if not text.strip() and self.blanks < 1:
+            self.blanks += 1
+            return True
+        self.finished = True
+        return False
+
+    def held(self) -> int | None:
+        return self.line.offset
+
+    def blocked(self) -> tuple[str, Frame] | None:
+        """(thread name, the frame it waits in) of the first thread blocked in a collective,
+        else of the main thread waiting on others; None when no thread is."""
+        for name, frames in self.threads:
+            for f in frames[:_INNERMOST]:
+                if f.func in _COLLECTIVE_CALLS:
+                    return name, f
+        for name, frames in self.threads:
+            if name == "MainThread":
+                for f in frames[:_INNERMOST]:
+                    if f.func in _WAIT_CALLS:
+                        return name, f
+        return None
 
 
 _WHAT_RE = re.compile(r"^\s*what\(\):\s+(?P<what>\S.*)$")
