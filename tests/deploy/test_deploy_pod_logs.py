@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.daemon import DaemonProcess, free_port, wait_for
+from support.daemon import DaemonProcess, free_port, wait_for, whole_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -155,9 +155,7 @@ def test_a_pod_log_gives_the_detections_of_the_plain_text_it_carries(tmp_path: P
     events = tmp_path / "events.jsonl"
 
     def read() -> list[dict[str, Any]]:
-        if not events.exists():
-            return []
-        return [json.loads(line) for line in events.read_text().splitlines()]
+        return whole_jsonl(events)
 
     try:
         wait_for(lambda: "sigwatch_ready" in daemon.stderr(), timeout=120, what="ready")

@@ -6,9 +6,10 @@ import json
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from support.daemon import free_port, sample, scrape, wait_for, wait_started
+from support.daemon import free_port, sample, scrape, wait_for, wait_started, whole_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -28,10 +29,8 @@ def _start(daemon, tmp_path: Path, logs: Path, *extra: str) -> tuple[object, int
     return d, port, events
 
 
-def _events(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _events(path: Path) -> list[dict[str, Any]]:
+    return whole_jsonl(path)
 
 
 def test_appended_incident_line_reaches_event_log_and_metrics(tmp_path: Path, daemon) -> None:

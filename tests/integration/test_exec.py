@@ -7,7 +7,6 @@ on its stdout, read with a deadline), never for a fixed time.
 
 from __future__ import annotations
 
-import json
 import os
 import pty
 import select
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.daemon import whole_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 INCIDENT = "RuntimeError: CUDA error: an illegal memory access was encountered"
@@ -87,10 +87,7 @@ def _exec(tmp: Path, *command: str, **kw: object) -> subprocess.Popen[bytes]:
 
 
 def _events(tmp: Path) -> list[dict[str, object]]:
-    path = tmp / "events.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return whole_jsonl(tmp / "events.jsonl")
 
 
 def _read_line(fd: int, timeout: float = 30.0) -> bytes:

@@ -5,6 +5,7 @@ Tests wait on a condition with a deadline; they never sleep for a fixed time and
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +59,19 @@ def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str =
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what or condition}")
         time.sleep(0.01)
+
+
+def whole_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines a running daemon has finished writing to ``path`` ([] before it exists).
+
+    A last line without its newline is one the daemon is still writing: it is read next time
+    (parsing it would fail on a busy machine, where the write is seen half done)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    whole = raw[:raw.rfind(b"\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 def scrape(port: int) -> str:
