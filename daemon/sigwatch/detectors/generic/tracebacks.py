@@ -744,14 +744,18 @@ _PYSPY_THREAD_RE = re.compile(r'^\s*Thread (?:0x)?[0-9a-fA-F]{1,16} \((?:active|
 _PYSPY_FRAME_RE = re.compile(r"^\s+(?P<func>[^\s()]{1,200}) \((?P<path>[^()]{1,400}):"
                              r"(?P<line>\d{1,7})\)\s*$")
 # Calls a process blocks in until its peers or its children answer: the collectives and
-# point-to-point calls of torch.distributed and its peers (DeepSpeed, vLLM, Horovod), a
-# device synchronisation, a wait on a child process or a thread.
+# point-to-point calls of torch.distributed and its peers (DeepSpeed, vLLM, Horovod), in a file
+# of a distributed library (``send``, ``recv`` and ``gather`` elsewhere are a socket's, a
+# queue's, asyncio's: an idle helper thread sits in them); a device synchronisation, a wait on a
+# child process or a thread.
 _COLLECTIVE_CALLS = frozenset((
     "all_reduce", "allreduce", "broadcast", "barrier", "monitored_barrier", "all_gather",
     "allgather", "all_gather_into_tensor", "_all_gather_base", "all_gather_object",
     "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all",
     "all_to_all_single", "alltoall", "broadcast_object_list", "gather", "scatter", "recv",
     "send", "batch_isend_irecv", "reduce"))
+_DISTRIBUTED_PATH_RE = re.compile(r"distributed|c10d|collective|comm|nccl|deepspeed|horovod"
+                                  r"|parallel_state|megatron")
 _WAIT_CALLS = frozenset(("wait", "join", "poll", "synchronize", "_wait_for_tstate_lock",
                          "current_stream_synchronize"))
 _INNERMOST = 4  # frames from the innermost that decide what a thread is blocked in
@@ -784,7 +788,7 @@ class StackDumpReport(Report):
         head = _PYSPY_THREAD_RE.match(text)
         if head is not None or _THREAD_HEAD_RE.match(text):
             name = (head.group("name") or "") if head is not None else (
-                "MainThread" if text.startswith("Current thread") else "")
+                "current thread" if text.startswith("Current thread") else "")
             self.threads.append((name, []))
             self.blanks = 0
             return True
@@ -807,10 +811,11 @@ class StackDumpReport(Report):
 
     def blocked(self) -> tuple[str, Frame] | None:
         """(thread name, the frame it waits in) of the first thread blocked in a collective,
-        else of the main thread waiting on others; None when no thread is."""
+        else of py-spy's main thread waiting on others; None when no thread is (faulthandler
+        does not say which thread is the main one)."""
         for name, frames in self.threads:
             for f in frames[:_INNERMOST]:
-                if f.func in _COLLECTIVE_CALLS:
+                if f.func in _COLLECTIVE_CALLS and _DISTRIBUTED_PATH_RE.search(f.path):
                     return name, f
         for name, frames in self.threads:
             if name == "MainThread":
