@@ -469,6 +469,25 @@ class TestLaunchersReportingAFailureStatus:
         assert Severity.WARNING == d.severity
         assert {"kind": "exit", "status": status} == dict(d.captures)
 
+    @pytest.mark.parametrize("line", [
+        "train.py: error: unrecognized arguments: --local-rank=2",
+        "torchrun: error: the following arguments are required: training_script",
+        "finetune.py: error: argument --lr: invalid float value: '1e-4,'",
+    ], ids=["unrecognized", "required", "invalid"])
+    def test_an_argparse_usage_error_is_the_script_exiting_with_status_2(self, line: str,
+                                                                        ) -> None:
+        """argparse prints ``prog: error: ...`` under its usage lines and exits with 2."""
+        d = only(generic_scan("usage: train.py [-h] [--lr LR]\n" + line + "\n"), CRASH)
+        assert Severity.WARNING == d.severity
+        assert {"kind": "exit", "status": "2"} == dict(d.captures)
+
+    @pytest.mark.parametrize("line", [
+        "gcc: error: unrecognized command-line option '-mavx512'",
+        "setup.py: error: see the log for the compiler's output",
+    ], ids=["compiler", "free-text"])
+    def test_other_programs_error_lines_are_not_usage_errors(self, line: str) -> None:
+        assert [] == [d for d in generic_scan(line + "\n") if d.signature == CRASH]
+
     def test_open_mpi_summary_without_the_status_on_its_line(self) -> None:
         """``mpirun detected that one or more processes exited with non-zero status``."""
         d = only(generic_scan("mpirun detected that one or more processes exited with non-zero "

@@ -898,3 +898,176 @@ class TestAProgressRecordDoesNotClaimTheTracebackAfterIt:
             '''))
 
         assert [] == loud(found)
+
+
+class TestWhichRecordClaimsTheTracebackAfterIt:
+    """An info or debug record claims the traceback after it (its ``exc_info``) only when it
+    could be a logged exception's message: it names a failure, a retry or a fallback, or hands
+    on with a colon. A plain statement is the run's last record before the interpreter printed
+    the traceback that ended it."""
+
+    TB = text_of('''
+        Traceback (most recent call last):
+          File "tools/train.py", line 114, in <module>
+            main(config, device, logger, vdl_writer)
+          File "/home/ubuntu/PaddleOCR/tools/program.py", line 197, in train
+            preds = model(images)
+        OSError: (External) CUDNN error(8), CUDNN_STATUS_EXECUTION_FAILED.
+        ''')
+
+    @pytest.mark.parametrize("record", [
+        "[2020/12/25 06:45:37] root INFO: During the training process, after the 0th "
+        "iteration, an evaluation is run every 2000 iterations",
+        "2024-01-01 12:00:00,000 - trainer - DEBUG - building the validation loader",
+        "2023-05-04 19:31:29.000758: INFO ||NCC_WRAPPER||: Exiting with a successfully "
+        "compiled graph",
+    ], ids=["statement", "debug", "success"])
+    def test_after_a_plain_info_record_the_traceback_is_the_processs(self, record: str) -> None:
+        found = generic_scan(record + "\n" + self.TB)
+
+        assert "OSError" == _captures(found)["exception"]
+
+    @pytest.mark.parametrize("record", [
+        "2024-01-01 12:00:00,000 - io - INFO - Upload of part 3 did not go through, retrying",
+        "2024-01-01 12:00:00,000 - io - DEBUG - details of the last attempt:",
+        "2024-01-01 12:00:00,000 - loader - INFO - Skipping shard 17 ...",
+        "2024-01-01 12:00:00,000 - loader - INFO - Falling back to the CPU decoder",
+    ], ids=["retrying", "colon", "skipping", "fallback"])
+    def test_an_info_record_handing_an_exception_on_claims_it(self, record: str) -> None:
+        assert [] == loud(generic_scan(record + "\n" + self.TB))
+
+    def test_a_warning_from_another_file_does_not_claim_a_cut_traceback_of_the_script(
+            self) -> None:
+        """torch's spawn warns that it terminates the other children, then the parent prints
+        the script's traceback (here cut): the warning was written by ``spawn.py``, not by an
+        ``except`` at the script's top level."""
+        found = generic_scan(text_of('''
+            W0518 23:49:02.056000 114389 site-packages/torch/multiprocessing/spawn.py:169] Terminating process 114472 via signal SIGTERM
+            Traceback (most recent call last):
+              File "/root/sam3/train/train.py", line 338, in <module>
+                main(args)
+              File "/root/miniconda3/lib/python3.12/site-packages/torch/multiprocessing/spawn.py", line 296, in start_processes
+                while not context.join():
+            '''))
+
+        assert "/root/sam3/train/train.py:338 in <module>" == _captures(found)["frame"]
+
+    def test_a_warning_written_by_the_script_itself_still_claims_its_traceback(self) -> None:
+        found = generic_scan(text_of('''
+            W0518 23:49:02.056000 114389 train.py:12] could not reach the tracker
+            Traceback (most recent call last):
+              File "/root/sam3/train/train.py", line 10, in <module>
+                tracker.connect()
+            ConnectionRefusedError: [Errno 111] Connection refused
+            '''))
+
+        assert [] == loud(found)
+
+    def test_an_empty_exception_message_under_its_frames_is_the_exception(self) -> None:
+        """torch's spawn raises ``Exception(msg)`` with an empty message when a child died
+        without a traceback: ``Exception:`` alone ends the traceback."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "train.py", line 8, in main
+                cli_main()
+              File "/venv/lib/python3.8/site-packages/torch/multiprocessing/spawn.py", line 118, in join
+                raise Exception(msg)
+            Exception:
+            '''))
+
+        d = only(found, TB)
+        assert (Severity.ERROR, "Exception") == (d.severity, dict(d.captures)["exception"])
+
+    def test_exception_alone_as_a_heading_is_not_an_exception(self) -> None:
+        assert [] == loud(generic_scan("Exception:\n  none raised in this test run\n"))
+
+
+class TestTracebacksOfNotebooksAndOfPaddlesCore:
+    """IPython's own form (Jupyter, Colab) and Paddle's ``C++ Traceback``, cut off before
+    their last line as pages and killed processes leave them: a cut traceback's warning."""
+
+    def test_an_ipython_traceback_cut_off_names_its_class_and_frame(self) -> None:
+        found = generic_scan(text_of('''
+            ---------------------------------------------------------------------------
+
+            RuntimeError                              Traceback (most recent call last)
+
+            <ipython-input-11-159e26e6ebc2> in <module>()
+                  1 trainer = DefaultTrainer(cfg)
+                  2 trainer.resume_or_load(resume=False)
+            ----> 3 trainer.train()
+
+            13 frames
+
+            /usr/local/lib/python3.6/dist-packages/detectron2/engine/defaults.py in train(self)
+                411             OrderedDict of results, if evaluation is enabled. Otherwise None.
+                412         """
+            --> 413         super().train(self.start_iter, self.max_iter)
+            '''))
+
+        d = only(found, TB)
+        assert (Severity.WARNING, "cut_traceback") == (d.severity, dict(d.labels)["shape"])
+        assert {"frame": "<ipython-input-11-159e26e6ebc2>:3 in <module>",
+                "innermost": "/usr/local/lib/python3.6/dist-packages/detectron2/engine/"
+                             "defaults.py:413 in train",
+                "exception": "RuntimeError"} == dict(d.captures)
+
+    def test_a_whole_ipython_traceback_is_the_usual_error(self) -> None:
+        found = generic_scan(text_of('''
+            RuntimeError                              Traceback (most recent call last)
+            Cell In[3], line 2
+                  1 model = build()
+            ----> 2 train(model)
+
+            File /content/train.py:41, in train(model)
+                 40 for batch in loader:
+            ---> 41     loss = model(batch)
+
+            RuntimeError: CUDA error: device-side assert triggered
+            '''))
+
+        d = only(found, TB)
+        assert (Severity.ERROR, "RuntimeError") == (d.severity, dict(d.captures)["exception"])
+
+    def test_a_keyboard_interrupt_in_a_notebook_is_quiet(self) -> None:
+        found = generic_scan(text_of('''
+            KeyboardInterrupt                         Traceback (most recent call last)
+            /content/train.py in train(model)
+                 40 for batch in loader:
+            ---> 41     loss = model(batch)
+            '''))
+
+        assert [] == loud(found)
+
+    def test_paddles_cpp_traceback_cut_off_names_its_innermost_function(self) -> None:
+        found = generic_scan(text_of('''
+            [06/14 18:43:16] ppdet.utils.checkpoint INFO: Save checkpoint: output/yolov3
+
+            --------------------------------------
+            C++ Traceback (most recent call last):
+            --------------------------------------
+            0   std::thread::_State_impl<std::thread::_Invoker<std::tuple<ThreadPool::ThreadPool(unsigned long)::{lambda()#1}> > >::_M_run()
+            1   paddle::framework::details::FastThreadedSSAGraphExecutor::RunOpSync(paddle::framework::details::OpHandleBase*)
+            2   paddle::framework::OperatorWithKernel::RunImpl(paddle::framework::Scope const&, paddle::platform::Place const&) const
+            '''))
+
+        d = only(found, TB)
+        assert Severity.WARNING == d.severity
+        assert ("paddle::framework::OperatorWithKernel::RunImpl(paddle::framework::Scope "
+                "const&, paddle::platform::Place const&) const") == dict(d.captures)["frame"]
+
+    def test_paddles_cpp_traceback_with_its_summary_ends_in_the_error(self) -> None:
+        found = generic_scan(text_of('''
+            --------------------------------------
+            C++ Traceback (most recent call last):
+            --------------------------------------
+            0   paddle::framework::SignalHandle(char const*, int)
+            1   paddle::platform::GetCurrentTraceBackString[abi:cxx11]()
+
+            ----------------------
+            Error Message Summary:
+            ----------------------
+            FatalError: `Segmentation fault` is detected by the operating system.
+            '''))
+
+        assert "FatalError" == dict(only(found, TB).captures)["exception"]

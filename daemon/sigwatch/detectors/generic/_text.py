@@ -144,6 +144,8 @@ class Frame:
     func: str
 
     def describe(self) -> str:
+        if not self.path:  # a C++ frame as Paddle prints it: its function alone
+            return self.func
         where = f"{self.path}:{self.line}"
         return f"{where} in {self.func}" if self.func else where
 

@@ -730,8 +730,11 @@ class GenericDetector:
         captures: list[tuple[str, str]] = [("frame", frame.describe())]
         if user is not None and user is not innermost:
             captures.append(("innermost", innermost.describe()))
+        if report.ipython:  # IPython's header named the class its cut-off last line held
+            captures.append(("exception", report.ipython))
         key = "|".join(("cut", _frame_key(frame)))
-        summary = clip(f"a traceback stopped at {innermost.describe()} before its exception "
+        which = f"a traceback ({report.ipython})" if report.ipython else "a traceback"
+        summary = clip(f"{which} stopped at {innermost.describe()} before its exception "
                        "line", 300)
         return _Found(TRACEBACK, "Python Traceback Cut Off Before Its Exception",
                       Severity.WARNING, report.last_read, "traceback", key,

@@ -299,6 +299,15 @@ def _number(name: str | None, num: str | None) -> int | None:
     return None
 
 
+# argparse's ``parser.error``: ``train.py: error: unrecognized arguments: --local-rank=2``
+# under its usage lines, then ``sys.exit(2)``. Only a Python script's name or a Python
+# launcher's: a compiler's or a linker's ``: error:`` lines are not one process's end.
+_ARGPARSE_RE = re.compile(
+    r"^(?:[\w.-]{1,80}\.py|torchrun|deepspeed|accelerate(?: [\w-]{1,40})?|composer|lightning"
+    r"|python3? -m [\w.]{1,80}): error: (?:unrecognized arguments|the following arguments are"
+    r" required|argument |invalid choice|unexpected argument|one of the arguments)")
+
+
 def match_crash(text: str, *, hints: bool = True) -> Crash | None:
     """The crash ``text`` reports, or None (``hints=False``: try every phrase, for tests)."""
     m = _SHELL_RE.search(text) or _SHELL_RE.search(unmarked(text)) or _GLUED_RE.search(text)
@@ -308,6 +317,9 @@ def match_crash(text: str, *, hints: bool = True) -> Crash | None:
         word = (m.group("word") or m.group("zword") or "").lower()
         number = _SHELL_WORDS.get(word, 5 if word == "trace trap" else None)
         return Crash("signal", number, clip(text, 200))
+    if ": error: " in text and (usage := _ARGPARSE_RE.match(text.strip())) is not None:
+        return Crash("exit", None, clip(f"{usage.group()} (a usage error: argparse exits with "
+                                        "status 2)", 200), status=2)
     if hints and _PHRASE_HINTS.search(text) is None:
         return None
     for kind, pattern in _PHRASE_RES:

@@ -72,6 +72,21 @@ _FAULT_FRAME_RE = re.compile(
     r"^[ \t]*File \"(?P<path>[^\"]{1,400})\", line (?P<line>\d{1,7}) in (?P<func>\S.{0,200}?)"
     r"\s*$")
 _CELL_RE = re.compile(r"^(?P<ind>[ \t]*)(?:Cell In\[\d{1,6}\]|Input In \[\d{1,6}\]), line \d")
+# IPython's (and so Jupyter's and Colab's) own form: the header names the exception class
+# (``RuntimeError        Traceback (most recent call last)``), frames are ``/path/x.py in
+# train(self)`` (IPython 7 and older) or ``File /path/x.py:413, in train(self)`` (8 and
+# newer), each followed by numbered source lines with an arrow at the one that ran
+# (``--> 413     super().train(...)``) and, on Colab, ``13 frames`` where frames were folded.
+_IPYTHON_HEADER_RE = re.compile(
+    r"^(?P<cls>[A-Za-z_][\w.]{0,160}?)[ \t]{2,}Traceback \(most recent call last\)\s*$")
+_IPYTHON_FRAME_RE = re.compile(
+    r"^(?P<ind>)(?:File (?P<path>\S.{0,400}?):(?P<line>\d{1,7}), in (?P<func>\S.{0,200}?)"
+    r"|(?P<path2>(?:<ipython-input-[\w-]{1,80}>|\S{1,400}\.py)) in (?P<func2>[\w.<>]{1,200})"
+    r"\(.{0,400}\))\s*$")
+_IPYTHON_ARROW_RE = re.compile(r"^-*> ?(\d{1,7})\b")
+_IPYTHON_SOURCE_RE = re.compile(r"^(?:-*> ?|[ \t]+)\d{1,7}\b|^\d{1,4} frames?\s*$")
+_CPP_FRAME_RE = re.compile(r"^\d{1,4}[ \t]{2,}(?P<func>\S.*?)\s*$")
+_CPP_RULE_RE = re.compile(r"^(?:-{10,}|Error Message Summary:)\s*$")
 _REPEAT_RE = re.compile(r"^\s*\[Previous line repeated \d+ more times?\]")
 _CARET_RE = re.compile(r"^\s*[~^]+[\s~^]*$")
 _MARGIN_RE = re.compile(r"^[ \t]*(?:[|+][-+ \t]*)+")
@@ -104,6 +119,7 @@ _FLAT_EXC_RE = re.compile(
 _LOWER_EXC = frozenset({"timeout", "gaierror", "herror", "error"})
 _NOT_EXC = frozenset({"During", "The", "Traceback", "Original", "Process", "Exception",
                       "Error", "Warning", "Note", "Hint", "Caused", "Current", "Thread"})
+_EMPTY_EXC = frozenset({"Exception:", "Error:"})
 _NOT_A_FAILURE = frozenset({"KeyboardInterrupt", "GeneratorExit", "BdbQuit", "bdb.BdbQuit"})
 
 # What a traceback's next lines say about the process. Written in lowercase and matched on
@@ -193,9 +209,16 @@ _NATIVE_RECORD_RE = re.compile(r"[\w.-]\.(?:c|cc|cpp|cxx|cu|h|hpp|ts|rs|go):\d{1
 # and no failure is a progress or metrics line, not the message of a logged exception: the
 # traceback after it was printed by the interpreter, not by that record's ``exc_info``.
 _METRIC_RE = re.compile(r"\b[A-Za-z_][\w.]{0,40} ?[=:] ?[-+]?\.?\d")
-_SUCCESS_RE = re.compile(r"\bsuccess(?:ful(?:ly)?)?\b|\bsucceeded\b|\bcompleted\b")
 _FAILURE_WORD_RE = re.compile(literal_first(
     r"error|fail|exception|traceback|could not|unable|cannot|can't|abort|crash|warn"))
+
+# The file a record names as its writer (``spawn.py:169]``, ``(trainer:436)`` has none).
+_RECORD_SOURCE_RE = re.compile(r"(?:^|[\s\[(/\\])(?P<file>[\w.-]{1,80}\.py):\d{1,6}\b")
+# Words of a record that hands an exception on without calling it a failure (a retry, a
+# fallback, a connection closed or lost: dask's ``Batched Comm Closed <UCX ...>``).
+_CLAIM_WORD_RE = re.compile(
+    r"retry|retrying|skipp|ignor|giving up|fall(?:ing)? ?back|recover|trying|attempt"
+    r"|closed|lost|disconnect|timed out|timeout|interrupt|cancel|shutting down|stopp")
 
 _PROGRESS = ProgressParser()
 MAX_FRAMES = 200
@@ -259,9 +282,11 @@ def _frame(m: re.Match[str]) -> Frame | None:
     groups = m.groupdict()
     path = groups.get("path") or groups.get("path2")
     number = groups.get("line") or groups.get("line2")
-    if path is None or number is None:
+    if path is None:
         return None  # a notebook cell
-    return Frame(path, int(number), (groups.get("func") or groups.get("func2") or "").strip())
+    # IPython 7's frames name no line: the arrow in their source lines does (``_read``)
+    return Frame(path, int(number or 0),
+                 (groups.get("func") or groups.get("func2") or "").strip())
 
 
 def frame_line(text: str) -> bool:
@@ -344,6 +369,7 @@ class Preceding:
 
     quiet: str = ""  # why it can never fire ("" when it may)
     context: str = "process"  # process | thread
+    source: str = ""  # the Python file the record before names as its writer ("" if none)
 
     @classmethod
     def of(cls, before: list[str], level_of: Callable[[str], str | None]) -> Preceding:
@@ -359,18 +385,25 @@ class Preceding:
             return cls(quiet="test harness")
         level = level_of(prev)
         if (level in ("debug", "info", "warning") and _NATIVE_RECORD_RE.search(prev) is None
-                and not _metrics(prev) and not (level != "warning" and _success(prev))):
-            return cls(quiet=f"logged at {level}")
+                and not _metrics(prev) and (level == "warning" or _may_log_exception(prev))):
+            writer = _RECORD_SOURCE_RE.search(prev)
+            return cls(quiet=f"logged at {level}",
+                       source=writer.group("file") if writer is not None else "")
         return cls()
 
 
-def _success(record: str) -> bool:
-    """True for an info record that reports a success and names no failure ("Exiting with a
-    successfully compiled graph"): the message of a logged exception never does, so the
-    traceback after it is the process's own."""
+def _may_log_exception(record: str) -> bool:
+    """True for an info or debug record that could be the message of an exception it logs
+    (``logger.info("Upload failed, retrying:", exc_info=True)``): it names a failure, a retry
+    or a fallback, or hands on to what follows with a colon. A plain statement ("an evaluation
+    is run every 2000 iterations", "Exiting with a successfully compiled graph") is the run's
+    last record before the interpreter printed the traceback that ended it.
+    A warning claims the traceback after it whatever it says: its writer chose a level that
+    says the run goes on."""
     lowered = record.lower()
-    return (_SUCCESS_RE.search(lowered) is not None
-            and _FAILURE_WORD_RE.search(lowered) is None)
+    return (_FAILURE_WORD_RE.search(lowered) is not None
+            or _CLAIM_WORD_RE.search(lowered) is not None
+            or record.rstrip().endswith((":", "...")))
 
 
 def _metrics(record: str) -> bool:
@@ -460,6 +493,12 @@ class TracebackReport(Report):
         self.last_read = first  # the last line of the traceback read (a cut one ends there)
         self.trailing = 0  # lines of its rank read since then that were not the traceback's
         self.headed = exc is None and HEADER_RE.search(first.text) is not None
+        # Paddle's report of an error raised in its C++ core (``C++ Traceback (most recent call
+        # last):``, numbered frames, then ``Error Message Summary:`` and the error)
+        self.cpp = self.headed and "C++ Traceback" in first.text
+        ipython = _IPYTHON_HEADER_RE.match(first.text) if self.headed else None
+        # the exception class an IPython header names (its line at the end may be cut off)
+        self.ipython = ipython.group("cls") if ipython is not None else ""
         if exc is not None:
             self.tbs[0].exception = Exc(exc.cls, exc.message, first, exc.inner)
             if frames:
@@ -511,7 +550,24 @@ class TracebackReport(Report):
             self.noise = 0
             self.linked = False
             return True
+        if self.cpp and self.state == "frames":
+            cpp = _CPP_FRAME_RE.match(text)
+            if cpp is not None:
+                if len(self.tbs[-1].frames) < MAX_FRAMES:  # outermost first, as Python's
+                    self.tbs[-1].frames.append(Frame("", 0, clip(cpp.group("func"), 200)))
+                return True
+            if _CPP_RULE_RE.match(text):
+                return True
         frame = _FRAME_RE.match(text) or _CELL_RE.match(text)
+        if frame is None and self.ipython:
+            frame = _IPYTHON_FRAME_RE.match(text)
+            source = _IPYTHON_SOURCE_RE.match(text) if frame is None else None
+            if source is not None or (frame is None and not text.strip()):
+                arrow = _IPYTHON_ARROW_RE.match(text)
+                last = self.tbs[-1].frames[-1] if self.tbs[-1].frames else None
+                if arrow is not None and last is not None and last.line == 0:
+                    self.tbs[-1].frames[-1] = Frame(last.path, int(arrow.group(1)), last.func)
+                return self.state == "frames"  # a numbered source line, a fold, a blank
         tb = self.tbs[-1]
         if frame is not None:
             indent = len((frame.group("ind") or frame.groupdict().get("ind2") or "")
@@ -542,6 +598,10 @@ class TracebackReport(Report):
         if _REPEAT_RE.match(text) or _CARET_RE.match(text) or (not stripped and not tb.frames):
             return True
         exc = parse_exception(stripped) if stripped else None
+        if exc is None and tb.frames and stripped in _EMPTY_EXC:
+            # ``raise Exception(msg)`` with an empty message, right under its frames (torch's
+            # spawn when a child died without a traceback): alone, ``Exception:`` is a heading
+            exc = Exc(stripped[:-1], "", line)
         if exc is not None and (tb.frame_indent is None or indent <= tb.frame_indent
                                 or not tb.frames):
             tb.exception = Exc(exc.cls, exc.message, line, exc.inner)
@@ -617,6 +677,15 @@ class TracebackReport(Report):
             top = self.tbs[-1].top
             if top is not None and top.func == "<module>":
                 return ""
+        source = self.preceding.source
+        if quiet.startswith("logged at ") and source:
+            # A record written from another file than the script the traceback starts in
+            # (torch's ``spawn.py:169] Terminating process 114472 via signal SIGTERM`` before
+            # the script's own traceback) cannot be a module-level ``except`` that logged it.
+            top = self.tbs[0].top
+            if (top is not None and top.func == "<module>"
+                    and top.path.replace("\\", "/").rsplit("/", 1)[-1] != source):
+                return ""
         return quiet
 
     # -- the verdict -------------------------------------------------------------------------
@@ -638,7 +707,8 @@ class TracebackReport(Report):
                 or self._last() is not None or self.continued or self.trailing):
             return None
         innermost = next((tb.frames[-1] for tb in reversed(self.tbs) if tb.frames), None)
-        if innermost is None or self._quiet() or self._printing_caller():
+        if (innermost is None or self._quiet() or self._printing_caller()
+                or self.ipython.rsplit(".", 1)[-1] in _NOT_A_FAILURE):
             return None
         return innermost, self._user_frame()
 
