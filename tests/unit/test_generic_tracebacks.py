@@ -1071,3 +1071,48 @@ class TestTracebacksOfNotebooksAndOfPaddlesCore:
             '''))
 
         assert "FatalError" == dict(only(found, TB).captures)["exception"]
+
+
+class TestTracebacksBehindTagsAndBars:
+    """Two forms met in batch b17: a bare process tag before every line, and a header glued
+    to the end of a progress bar."""
+
+    def test_a_bare_process_tag_before_every_line_is_the_tracebacks_envelope(self) -> None:
+        """DeePMD under Horovod: ``[1] `` before each line of rank 1's traceback."""
+        found = generic_scan(text_of('''
+            [1] DEEPMD rank:1  INFO    receive global variables from task#0
+            [1] Traceback (most recent call last):
+            [1]   File "/envs/deepmd/lib/python3.10/site-packages/tensorflow/python/client/session.py", line 1377, in _do_call
+            [1]     return fn(*args)
+            [1] tensorflow.python.framework.errors_impl.UnknownError: ncclCommInitRank failed: unhandled cuda error
+            '''))
+
+        assert {"exception": "tensorflow.python.framework.errors_impl.UnknownError",
+                "message": "ncclCommInitRank failed: unhandled cuda error"}.items() <= (
+            _captures(found).items())
+
+    def test_a_header_glued_to_a_progress_bars_end_starts_the_traceback(self) -> None:
+        """Cut before its exception (as the page left it), only its header makes it one."""
+        found = generic_scan(text_of('''
+              0%|          | 0/2395 [00:00<?, ?it/s]Traceback (most recent call last):
+              File "/work/train.py", line 40, in <module>
+                trainer.train()
+            '''))
+
+        d = only(found, TB)
+        assert ("cut_traceback", "/work/train.py:40 in <module>") == (
+            dict(d.labels)["shape"], dict(d.captures)["frame"])
+
+    def test_a_record_announcing_work_with_an_ellipsis_does_not_claim_the_traceback(
+            self) -> None:
+        """``statistics will be calculated...`` says what the run does next, not that it
+        logs an exception; the traceback after it ended the run."""
+        found = generic_scan(text_of('''
+            INFO:root:statistics will be calculated...
+            Traceback (most recent call last):
+              File "/work/train.py", line 40, in <module>
+                stats = dataset.get_statistics()
+            KeyError: 'energy_U0'
+            '''))
+
+        assert "KeyError" == _captures(found)["exception"]

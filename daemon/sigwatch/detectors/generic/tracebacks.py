@@ -60,7 +60,8 @@ __all__ = [
 ]
 
 HEADER_RE = re.compile(
-    r"(?:^|[\s:|+])(?P<kind>Original |Exception Group )?Traceback \(most recent call last\):?"
+    # (glued to a progress bar's end: ``0/2395 [00:00<?, ?it/s]Traceback (most recent ...``)
+    r"(?:^|[\s:|+\]])(?P<kind>Original |Exception Group )?Traceback \(most recent call last\):?"
     r"\s*$")
 _FRAME_RE = re.compile(
     r"^(?P<ind>[ \t]*)>?[ \t]*File \"(?P<path>[^\"]{1,400})\", line (?P<line>\d{1,7})"
@@ -264,7 +265,9 @@ class Exc:
 _ENVELOPE_RE = re.compile(
     # (or a time stamp alone, and one blank: Docker's --timestamps, a log viewer's export)
     # (the envelope ends at one blank: the traceback's own indentation is not part of it)
-    rf"^(?P<env>.{{8,160}}?[\])][ \t]|{ISO_STAMP} )(?=\s*Traceback \(most recent call last\)"
+    # (or a bare process tag, ``[1] `` before every line: a launcher's, DeePMD's under Horovod)
+    rf"^(?P<env>.{{8,160}}?[\])][ \t]|\[\d{{1,5}}\][ \t]|{ISO_STAMP} )"
+    r"(?=\s*Traceback \(most recent call last\)"
     r"|\s*File \"|"
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b)")
 
@@ -396,14 +399,15 @@ def _may_log_exception(record: str) -> bool:
     """True for an info or debug record that could be the message of an exception it logs
     (``logger.info("Upload failed, retrying:", exc_info=True)``): it names a failure, a retry
     or a fallback, or hands on to what follows with a colon. A plain statement ("an evaluation
-    is run every 2000 iterations", "Exiting with a successfully compiled graph") is the run's
+    is run every 2000 iterations", "statistics will be calculated...", "Exiting with a
+    successfully compiled graph") is the run's
     last record before the interpreter printed the traceback that ended it.
     A warning claims the traceback after it whatever it says: its writer chose a level that
     says the run goes on."""
     lowered = record.lower()
     return (_FAILURE_WORD_RE.search(lowered) is not None
             or _CLAIM_WORD_RE.search(lowered) is not None
-            or record.rstrip().endswith((":", "...")))
+            or record.rstrip().endswith(":"))
 
 
 def _metrics(record: str) -> bool:
