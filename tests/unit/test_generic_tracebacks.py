@@ -1095,12 +1095,12 @@ class TestTracebacksBehindTagsAndBars:
         """Cut before its exception (as the page left it), only its header makes it one."""
         found = generic_scan(text_of('''
               0%|          | 0/2395 [00:00<?, ?it/s]Traceback (most recent call last):
-              File "/work/train.py", line 40, in <module>
+              File "/workspace/train.py", line 40, in <module>
                 trainer.train()
             '''))
 
         d = only(found, TB)
-        assert ("cut_traceback", "/work/train.py:40 in <module>") == (
+        assert ("cut_traceback", "/workspace/train.py:40 in <module>") == (
             dict(d.labels)["shape"], dict(d.captures)["frame"])
 
     def test_a_record_announcing_work_with_an_ellipsis_does_not_claim_the_traceback(
@@ -1110,7 +1110,7 @@ class TestTracebacksBehindTagsAndBars:
         found = generic_scan(text_of('''
             INFO:root:statistics will be calculated...
             Traceback (most recent call last):
-              File "/work/train.py", line 40, in <module>
+              File "/workspace/train.py", line 40, in <module>
                 stats = dataset.get_statistics()
             KeyError: 'energy_U0'
             '''))

@@ -218,7 +218,7 @@ _RECORD_SOURCE_RE = re.compile(r"(?:^|[\s\[(/\\])(?P<file>[\w.-]{1,80}\.py):\d{1
 # Words of a record that hands an exception on without calling it a failure (a retry, a
 # fallback, a connection closed or lost: dask's ``Batched Comm Closed <UCX ...>``).
 _CLAIM_WORD_RE = re.compile(
-    r"retry|retrying|skipp|ignor|giving up|fall(?:ing)? ?back|recover|trying|attempt"
+    r"retry|skipp|ignor|giving up|fall(?:ing)? ?back|recover|trying|attempt"
     r"|closed|lost|disconnect|timed out|timeout|interrupt|cancel|shutting down|stopp")
 
 _PROGRESS = ProgressParser()
@@ -400,8 +400,8 @@ def _may_log_exception(record: str) -> bool:
     (``logger.info("Upload failed, retrying:", exc_info=True)``): it names a failure, a retry
     or a fallback, or hands on to what follows with a colon. A plain statement ("an evaluation
     is run every 2000 iterations", "statistics will be calculated...", "Exiting with a
-    successfully compiled graph") is the run's
-    last record before the interpreter printed the traceback that ended it.
+    successfully compiled graph") is the run's last record before the interpreter printed the
+    traceback that ended it.
     A warning claims the traceback after it whatever it says: its writer chose a level that
     says the run goes on."""
     lowered = record.lower()
