@@ -46,6 +46,15 @@ class TestLibraryLint:
 
         assert [] == findings
 
+    def test_no_signature_is_gated_on_a_common_literal(self) -> None:
+        """P017: every regex of the library is found by a literal that leads it or by a rare
+        one (training_loss_nan once cost the whole signature scan a third of its time)."""
+        patterns, errors = load_patterns([builtin_pattern_dir()])
+
+        findings = [f.render() for f in lint(patterns, errors) if f.code == "P017"]
+
+        assert [] == findings
+
     def test_library_has_at_least_sixty_signatures(self) -> None:
         """The library a platform team adopts, not a demo."""
         patterns, _ = load_patterns([builtin_pattern_dir()])
@@ -67,6 +76,22 @@ class TestLintCatches:
             id="good_one", regex="boom (a|a)*$", text="boom aaaa"))
 
         assert "P006" in _codes(root)
+
+    def test_a_regex_gated_on_a_common_literal_is_a_cost_warning(
+            self, write_pattern: Callable) -> None:
+        """Two top-level branches leave the prefilter only 'nan' and ' is ' to gate on (P017);
+        the same branches after one leading literal, or a prefregex, are found cheaply."""
+        def warnings(regex: str, extra: str = "") -> list[str]:
+            text = GOOD.format(id="good_one", regex=regex, text="loss: nan")
+            root = write_pattern("good_one", text.replace("[remediation]",
+                                                          extra + "[remediation]"))
+            patterns, errors = load_patterns([root])
+            return [f.code for f in lint(patterns, errors) if f.level == "warning"]
+
+        two_branches = r"(?i)(?:lm |eval )?loss\s{0,3}[:=]\s{0,3}nan| is (?:nan|infinity)"
+        assert "P017" in warnings(two_branches)
+        assert "P017" not in warnings(r"(?i)loss(?:\s{0,3}[:=]\s{0,3}nan| is (?:nan|infinity))")
+        assert "P017" not in warnings(two_branches, "prefregex = ': nan| is nan'\n")
 
     def test_regex_step_without_example_is_caught(self, write_pattern: Callable) -> None:
         """A step no example exercises fails P004."""

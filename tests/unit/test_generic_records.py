@@ -907,3 +907,37 @@ class TestRecordBeforeATraceback:
             '''))
 
         assert [] == [d for d in found if d.signature == RECORD]
+
+
+class TestFailureWordsThatNameFigures:
+    """A trainer that calls a metric ``val_error`` prints it on every step: such a line, and a
+    timeout set to a number, start no shape; a count, an exception or a level beside them do."""
+
+    @pytest.mark.parametrize("line", [
+        "      5 train_loss=0.7513 val_error=0.1930",
+        "1/10 - 2s - 12ms/step - loss: 0.41 - mean_absolute_error: 0.12",
+        "[epoch 3/90] val: loss=0.31 mIoU=0.71 pixel_error=0.032",
+        "2024-06-02 23:22:54,413 - INFO - train.py:28 - timeout for collective set to 1800 seconds",
+        "gpu-a1-3:4567:4567 [0] NCCL INFO NCCL_IB_TIMEOUT set by environment to 22.",
+    ])
+    def test_a_line_whose_failure_words_only_name_figures_starts_no_shape(self,
+                                                                         line: str) -> None:
+        assert detector._selected(line)  # the interests do select it
+        assert not detector._may_start_shape(line)
+
+    @pytest.mark.parametrize("line", [
+        "ecc_errors=2 retired_pages=1",  # a count: a check may read it
+        "val_error=0.19 RuntimeError: CUDA error: an illegal memory access was encountered",
+        "2024-06-02 10:00:00,123 - ERROR - train.py:28 - val_error=0.19 and the step failed",
+        "KeyError: 0",
+        "collective operation timeout: WorkNCCL(SeqNum=5) ran for 1800046 milliseconds",
+    ])
+    def test_other_failure_words_on_the_line_still_start_shapes(self, line: str) -> None:
+        assert detector._may_start_shape(line)
+
+    def test_metric_lines_in_a_log_raise_nothing_and_a_real_error_after_them_still_does(
+            self) -> None:
+        log = "".join(f"  {i} train_loss=0.75 val_error=0.19\n" for i in range(50))
+        log += "2024-06-02 10:00:00,123 - ERROR - train.py:28 - checkpoint upload failed\n"
+        found = generic_scan(log)
+        assert [d.signature for d in found] == [RECORD]

@@ -4,7 +4,7 @@ Codes are stable so they can be referred to: P001 schema, P002 identity, P003 re
 examples cover every step, P005 keywords honest, P006 catastrophic backtracking, P007 anchoring,
 P008 wording, P009 references, P010 labels, P011 remediation, P012 examples pass, P013 source
 kinds, P015 owner, P016 policy (a user-owned signature never drains; recovery signatures
-exist).
+exist), P017 cost (a regex the prefilter can only gate on a common literal).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import regex
 
 from sigwatch.checks.selftest import run_examples
-from sigwatch.engine.analysis import backtrack_risk
+from sigwatch.engine.analysis import analyze, backtrack_risk
 from sigwatch.errors import PatternError
 from sigwatch.framing.normalize import normalize
 from sigwatch.patterns.compiled import CompiledSignature, PatternSet
@@ -53,6 +53,18 @@ def _example_lines(sig: CompiledSignature) -> list[str]:
         for raw in ex.text.splitlines():
             lines.extend(text for _rank, text in normalize(raw))
     return lines
+
+
+def _common_gate(source: str) -> str | None:
+    """The common literals a step is gated on when no literal leads its relaxed regex (the
+    prefilter's slow path: the relaxed regex tried at every byte of each line holding one),
+    or None."""
+    found = analyze(source)
+    if not found.weak or not found.anchor or found.relaxed_lower is None:
+        return None
+    if std_re.match(rb"[a-z0-9_]{2}", found.relaxed_lower):
+        return None  # led by a literal: ``re`` finds it with memchr
+    return ", ".join(repr(text) for text, _caseless in found.anchor)
 
 
 def _stress_inputs(lines: list[str]) -> list[str]:
@@ -124,6 +136,13 @@ def _lint_signature(sig: CompiledSignature, strict: bool) -> list[Finding]:
                     add("P014", f"{field}.prefregex",
                         f"example line matches the regex but not the prefregex (the "
                         f"prefilter would skip it): {text[:80]!r}")
+        gated_on = _common_gate(step.source) if not step.prefregex else None
+        if gated_on:
+            add("P017", f"{field}.regex",
+                f"no literal leads the regex and its required literals are common in training "
+                f"logs ({gated_on}): the prefilter runs it on every line holding one. Lead "
+                f"every branch with one literal, or give a prefregex (patterns/AUTHORING.md, "
+                f"'Keep the regex cheap to find')", level="warning")
         if backtrack_risk(step.source):
             add("P006", f"{field}.regex",
                 "could backtrack catastrophically: a repeated group holds another repeat or "

@@ -111,6 +111,17 @@ _INTEREST = re.compile(
     rb"|Thread (?:0x)?[0-9a-fA-F]{1,16} \((?:active|idle|most recent call first)"
     rb"|WARNING: CPU: [0-9]")
 _EVERY_LINE = re.compile(rb"^(?!\Z)", re.M)
+# A failure word inside the name of a figure is a metric or a setting, not an event: a
+# snake_case metric with a fractional value (``val_error=0.1930``, ``mean_absolute_error:
+# 0.12``, ``pixel_error=0.3``), a timeout or an environment variable set to a number
+# (``timeout for collective set to 1800 seconds``, ``NCCL_IB_TIMEOUT set by environment to
+# 22``). Integer values stay (``ecc_errors=2`` is a count, a check may read it). A line whose
+# every interest lies in such names starts no shape (progress lines of trainers that name a
+# metric ``*_error`` would each be read as a possible error otherwise).
+_NAMED_FIGURE_RE = re.compile(
+    r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\s*[=:]\s*[-+]?[0-9]*\.[0-9]"
+    r"|\b(?:timeout|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b[\w ]{0,40}?\bset (?:by environment )?to "
+    r"[0-9]")
 
 _HARNESS_RE = re.compile(r"={3,} test session starts ={3,}|^-{3,} Captured (?:stdout|stderr|log) "
                          r"(?:call|setup|teardown) -{3,}")
@@ -549,7 +560,7 @@ class GenericDetector:
     def _shapes(self, st: _StreamState, line: LineIn, before: Callable[[int], list[str]],
                 now: float) -> list[Detection]:
         text = line.text
-        if not _selected(text):
+        if not _may_start_shape(text):
             return []  # no shape starts on a line none of the interests selects
         if _HARNESS_RE.search(text):
             st.harness = True
@@ -967,6 +978,15 @@ def _selected(text: str) -> bool:
     every line, tests this to agree with the per-chunk one)."""
     encoded = text.encode("utf-8", "replace")
     return _INTEREST.search(encoded) is not None or ERROR_INTEREST.search(encoded) is not None
+
+
+def _may_start_shape(text: str) -> bool:
+    """``_selected``, and not only for failure words inside names of figures."""
+    if not _selected(text):
+        return False
+    if _NAMED_FIGURE_RE.search(text) is None:
+        return True
+    return _selected(_NAMED_FIGURE_RE.sub(" ", text))
 
 
 class _Before:
