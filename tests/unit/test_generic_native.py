@@ -116,10 +116,15 @@ class TestAbortsAndFailedChecks:
         "fatal error: all goroutines are asleep - deadlock!",
         "thread '<unnamed>' panicked at 'called `Result::unwrap()` on an `Err` value', "
         "src/tokenizer.rs:12:5",
+        "thread 'DSD-4-0' (33548) panicked at C:\\Users\\u\\.cargo\\git\\checkouts\\cubecl-"
+        "058c\\crates\\cubecl-wgpu\\src\\compute\\server.rs:347:35:",
+        "2024-07-22T15:14:58.817491Z ERROR burn_train::learner::application_logger: PANIC => "
+        "panicked at crates/burn-wgpu/src/runtime.rs:329:17:",
         'Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',
     ], ids=lambda v: v[:30])
     def test_other_runtimes_crash_reports(self, line: str) -> None:
-        """Go's panic and fatal error, a Rust panic, an uncaught Java exception."""
+        """Go's panic and fatal error, a Rust panic (since Rust 1.88 with the thread's id; a
+        logger's record of one keeps only its location), an uncaught Java exception."""
         assert "runtime_panic" == _crash(line + "\n")["kind"]
 
     def test_faulthandler_names_the_innermost_user_frame(self) -> None:
@@ -289,11 +294,14 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
      "trainer-1 exited with code 1",
      "2024-05-01 12:00:00,000 INFO exited: trainer (exit status 2; not expected)",
      "mpirun detected that one or more processes exited with non-zero status, thus causing",
-     "Primary job  terminated normally, but 1 process returned"),
+     "Primary job  terminated normally, but 1 process returned",
+     "Process `ALIGN (s1)` terminated with an error exit status (255)"),
     ("2024-05-01 12:00:00,000 INFO exited: trainer (terminated by SIGKILL; not expected)",),
     ("panic: runtime error: invalid memory address or nil pointer dereference",),
     ("fatal error: concurrent map writes",),
-    ("thread 'main' panicked at src/main.rs:10:5:",),
+    ("thread 'main' panicked at src/main.rs:10:5:",
+     "thread 'ui-process' (18716) panicked at crates\\brush-render\\src\\render.rs:174:18:",
+     "ERROR app: PANIC => panicked at crates/burn-wgpu/src/runtime.rs:329:17:"),
     ('Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',),
 ]
 
@@ -463,6 +471,8 @@ class TestLaunchersReportingAFailureStatus:
         ("[2022-06-09T09:22:31.405197Z] 8de2ca81 ||   exitcode  : 1 (pid: 36)", "1"),
         ('message: "The replica workerpool1-1 exited with a non-zero status of 1. Termination '
          'reason: Error.', "1"),
+        ("  Process `NFCORE_METHYLSEQ:METHYLSEQ:PARABRICKS_FQ2BAMMETH (Ecoli_10K)` terminated "
+         "with an error exit status (255)", "255"),
     ], ids=lambda v: v[:40])
     def test_a_failure_status_is_a_warning_naming_it(self, line: str, status: str) -> None:
         d = only(generic_scan(line + "\n"), CRASH)

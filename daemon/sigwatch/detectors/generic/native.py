@@ -229,6 +229,10 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                   # Vertex AI's and AI Platform's report of a replica ("The replica
                   # workerpool0-0 exited with a non-zero status of 128.")
                   r"|\bexited with a non-zero (?:exit )?(?:status|code) of (?P<st13>[1-9]\d{0,2})\b"
+                  # a workflow engine's report of a task (Nextflow: "Process `ALIGN (s1)`
+                  # terminated with an error exit status (255)")
+                  r"|\bProcess `[^`]{1,300}` terminated with an error exit status "
+                  r"\((?P<st14>[1-9]\d{0,2})\)"
                   r"|exits with return code = (?P<st3>[1-9]\d{0,2})\b"
                   r"|Process \d{1,7} exit with status code (?P<st4>[1-9]\d{0,2})\b"
                   r"|Container rank \d{1,7} status failed cmd \[.{0,4000}?\] code "
@@ -252,7 +256,11 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("signal", r"exited: \S{1,80} \(terminated by (?P<sig>SIG[A-Z]{2,6}); not expected\)"),
         ("runtime_panic", r"^panic: (?P<what>\S.{0,200})$"),
         ("runtime_panic", r"^fatal error: (?P<what>\S.{0,200})$"),
-        ("runtime_panic", r"thread '[^']{0,80}' panicked at"),
+        # Rust: "thread 'main' panicked at", since 1.88 with the thread's id ("thread 'ui'
+        # (18716) panicked at"); a logger's record of the panic keeps its location alone
+        # ("PANIC => panicked at crates/burn-wgpu/src/runtime.rs:329:17:")
+        ("runtime_panic", (r"thread '[^']{0,80}'(?: \(\d{1,10}\))? panicked at"
+                           r"|\bpanicked at [^\s'\"]{1,300}\.rs:\d{1,7}:\d{1,7}")),
         ("runtime_panic", (r"^Exception in thread \"[^\"]{1,80}\" (?P<what>[\w.$]{1,120}"
                            r"(?:Error|Exception)\b.{0,200})")),
     ))
