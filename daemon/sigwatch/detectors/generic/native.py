@@ -256,10 +256,10 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("signal", r"exited: \S{1,80} \(terminated by (?P<sig>SIG[A-Z]{2,6}); not expected\)"),
         ("runtime_panic", r"^panic: (?P<what>\S.{0,200})$"),
         ("runtime_panic", r"^fatal error: (?P<what>\S.{0,200})$"),
-        # Rust: "thread 'main' panicked at", since 1.88 with the thread's id ("thread 'ui'
-        # (18716) panicked at"); a logger's record of the panic keeps its location alone
-        # ("PANIC => panicked at crates/burn-wgpu/src/runtime.rs:329:17:")
-        ("runtime_panic", (r"thread '[^']{0,80}'(?: \(\d{1,10}\))? panicked at"
+        # Rust: "thread 'main' panicked at"; or the location right after the words, which
+        # also reads Rust 1.88's "thread 'ui' (18716) panicked at src/render.rs:174:18:" and
+        # a logger's record of a panic ("PANIC => panicked at crates/burn/src/lib.rs:329:17:")
+        ("runtime_panic", (r"thread '[^']{0,80}' panicked at"
                            r"|\bpanicked at [^\s'\"]{1,300}\.rs:\d{1,7}:\d{1,7}")),
         ("runtime_panic", (r"^Exception in thread \"[^\"]{1,80}\" (?P<what>[\w.$]{1,120}"
                            r"(?:Error|Exception)\b.{0,200})")),
