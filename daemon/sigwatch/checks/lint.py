@@ -60,10 +60,8 @@ def _common_gate(source: str) -> str | None:
     prefilter's slow path: the relaxed regex tried at every byte of each line holding one),
     or None."""
     found = analyze(source)
-    if not found.weak or not found.anchor or found.relaxed_lower is None:
+    if not found.weak or not found.anchor or found.relaxed_lower is None or found.led_by_literal:
         return None
-    if std_re.match(rb"[a-z0-9_]{2}", found.relaxed_lower):
-        return None  # led by a literal: ``re`` finds it with memchr
     return ", ".join(repr(text) for text, _caseless in found.anchor)
 
 

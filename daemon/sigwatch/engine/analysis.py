@@ -75,6 +75,13 @@ class StepFilter:
     def weak(self) -> bool:
         return self.anchor_rate > WEAK_ANCHOR_RATE
 
+    @property
+    def led_by_literal(self) -> bool:
+        """Whether a literal leads the relaxed regex (``re`` then finds it with memchr; else the
+        prefilter gates it on the anchor's literals and tries it at every byte of their lines)."""
+        return self.relaxed_lower is not None and re.match(rb"[a-z0-9_]{2}",
+                                                           self.relaxed_lower) is not None
+
 
 # --- reference sample for rarity ----------------------------------------------------------
 

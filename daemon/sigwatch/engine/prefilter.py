@@ -178,7 +178,7 @@ class _PythonScan:
                 if ref in hints:  # the signature's own prefregex (case-sensitive)
                     gate = re.compile(hints[ref].encode("utf-8"))
                 # A relaxed regex that starts with a literal is found by memchr already.
-                elif anchor and not re.match(rb"[a-z0-9_]{2}", f.relaxed_lower):
+                elif anchor and not f.led_by_literal:
                     literals = sorted({re.escape(t.lower()) for t, _ci in anchor},
                                       key=len, reverse=True)
                     gate = re.compile(b"|".join(literals))
