@@ -560,6 +560,20 @@ class Pipeline:
         for i, line_detector in self._line_detectors:
             if getattr(line_detector, "line_time", True):
                 self._timed_mask |= self._masks[i]
+        # Interests of the per-line detectors without an ``unmatched_gate``, and the gates of
+        # the others (one per distinct test): an unmatched line that only gated detectors
+        # want reaches them when its text passes one of their gates.
+        self._ungated_mask = 0
+        gates: dict[int, tuple[int, Callable[[str], bool]]] = {}
+        for i, line_detector in self._line_detectors:
+            gate = getattr(line_detector, "unmatched_gate", None)
+            if gate is None:
+                self._ungated_mask |= self._masks[i]
+            else:
+                mask, _gate = gates.get(id(gate), (0, gate))
+                gates[id(gate)] = (mask | self._masks[i], gate)
+        self._gates = list(gates.values())
+        self._gate_of = {i: getattr(d, "unmatched_gate", None) for i, d in self._line_detectors}
         # Per-chunk detectors that may be reading a multi-line record across chunks.
         self._followers = [(i, d) for i, d in self._chunked
                            if callable(getattr(d, "following", None))]
@@ -904,7 +918,7 @@ class Pipeline:
         raw = data[start:end].decode("utf-8", "replace")
         out: list[Detection] = []
         engine = self.engine
-        recent = _Recent(data, start, stream.tail)
+        recent: _Recent | None = None
         timed = self._timed_mask
 
         def bits_want_time(entry: tuple[int, int] | None) -> bool:
@@ -912,15 +926,26 @@ class Pipeline:
 
         allowed = stream.allowed
         times: list[float | None] | None = None
+        bits = interested[1] if interested is not None else 0
+        # Only gated detectors want this line unless it matches: their gates decide.
+        gated = bits and not bits & self._ungated_mask
         for part, (rank, text) in enumerate(normalize(raw)):
-            line = LogLine(stream.ctx.info, base + start, lineno, text, rank, seg_time)
-            matches: tuple[Match, ...] = tuple(engine.matcher.match(line, steps)) if steps else ()
+            line: LogLine | None = None
+            matches: tuple[Match, ...] = ()
+            if steps:
+                line = LogLine(stream.ctx.info, base + start, lineno, text, rank, seg_time)
+                matches = tuple(engine.matcher.match(line, steps))
             if matches and allowed is not None:
                 matches = tuple(m for m in matches if m.signature in allowed)
             if matches and matched is not None:
                 matched.setdefault(start, {})[part] = matches
-            if not matches and interested is None:
+            if not matches and (interested is None or (gated and not any(
+                    mask & bits and gate(text) for mask, gate in self._gates))):
                 continue
+            if line is None:
+                line = LogLine(stream.ctx.info, base + start, lineno, text, rank, seg_time)
+            if recent is None:
+                recent = _Recent(data, start, stream.tail)
             if seg_time is None and (matches or bits_want_time(interested)):
                 # The line's own time, from its prefix: parsed for candidate lines only, and
                 # only when a detector that gets it reads it.
@@ -932,10 +957,11 @@ class Pipeline:
                     matches = tuple(dataclasses.replace(m, line=line) for m in matches)
             event = LineEvent(stream.ctx, line, matches, recent,
                               replaying=line.offset < stream.replay_below)
-            bits = interested[1] if interested is not None else 0
             masks = self._masks
+            gate_of = self._gate_of
             for index, detector in self._line_detectors:
-                if matches or masks[index] & bits:
+                if matches or (masks[index] & bits and (
+                        (gate := gate_of[index]) is None or gate(text))):
                     out.extend(self._deliver(stream, detector.on_line(event)))
         return out
 

@@ -13,7 +13,7 @@ import json
 import random
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -300,3 +300,83 @@ class TestInterests:
                 (5, "RuntimeError: CUDA error: an illegal memory access was encountered")] \
             == mine.seen
         assert len(pipeline.interests.patterns) >= 4  # progress, errors, platform, end, mine
+
+
+class _LineCollect:
+    """A per-line detector that records the texts it is handed (and whether they matched)."""
+
+    line_time = False
+
+    def __init__(self, name: str, interest: bytes,
+                 gate: Callable[[str], bool] | None = None) -> None:
+        self.name = name
+        self.interest = re.compile(interest)
+        if gate is not None:
+            self.unmatched_gate = gate
+        self.seen: list[tuple[str, bool]] = []
+
+    def on_line(self, event: LineEvent) -> Sequence[Detection]:
+        self.seen.append((event.line.text, bool(event.matches)))
+        return ()
+
+    def on_open(self, stream: StreamContext) -> None:
+        return None
+
+    def on_close(self, stream: StreamContext, *, clean: bool) -> Sequence[Detection]:
+        return ()
+
+    def tick(self, now: float) -> Sequence[Detection]:
+        return ()
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    def replay_floor(self, handle: int) -> tuple[int, int] | None:
+        return None
+
+    def held(self, handle: int) -> tuple[int, ...]:
+        return ()
+
+    def snapshot(self) -> object:
+        return None
+
+    def restore(self, state: object) -> None:
+        return None
+
+
+class TestUnmatchedGate:
+    """A per-line detector's ``unmatched_gate``: unmatched lines whose text fails it are not
+    handed to it (no event is built), matched lines always are, and a detector without a gate
+    that wants the same line still gets it."""
+
+    _DATA = (b"oops: all good, nothing fatal here\n"   # passes the gate ("fatal")
+             b"oops: retry 1 of 3\n"                   # fails it
+             b"\x1b[2moops\x1b[0m fatal after colour\n"  # passes once normalised
+             b"RuntimeError: CUDA error: an illegal memory access was encountered oops\n")
+
+    def _seen(self, engine: Engine, *detectors: _LineCollect) -> None:
+        pipeline = Pipeline(engine, [CollectingSink()], clock=FakeClock(),
+                            detectors=list(detectors))
+        pipeline.open(StreamOpened(1, StreamInfo("s", "x.log", "x")))
+        pipeline.process(1, LineFramer().feed(self._DATA))
+
+    def test_a_gated_detector_gets_unmatched_lines_that_pass_and_every_matched_line(
+            self, engine: Engine) -> None:
+        gated = _LineCollect("gated", rb"oops", gate=lambda text: "fatal" in text)
+
+        self._seen(engine, gated)
+
+        assert [("oops: all good, nothing fatal here", False),
+                ("oops fatal after colour", False),
+                ("RuntimeError: CUDA error: an illegal memory access was encountered oops",
+                 True)] == gated.seen
+
+    def test_a_detector_without_a_gate_still_gets_every_line_it_wants(
+            self, engine: Engine) -> None:
+        gated = _LineCollect("gated", rb"oops", gate=lambda text: False)
+        plain = _LineCollect("plain", rb"oops")
+
+        self._seen(engine, gated, plain)
+
+        assert 4 == len(plain.seen)
+        assert [True] == [matched for _text, matched in gated.seen]

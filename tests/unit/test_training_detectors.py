@@ -1095,3 +1095,49 @@ class TestLossDroppedOut:
         _feed(driver, lines, whole=whole)
 
         assert [] == driver.detections
+
+
+def _series_fed(xs: list[float], *, block: bool) -> tuple[list[tuple[int, float, float]],
+                                                         dict[str, object]]:
+    """A step-time series fed ``xs`` one by one (``_update``) or as one block (``_update_many``):
+    what fired (index, before, after) and the state left."""
+    from collections import deque
+
+    from sigwatch.detectors.training import _StepSeries
+
+    detector = StepTimeDetector(FakeClock())
+    series = _StepSeries("step_time", deque(maxlen=detector.window))
+    fired: list[tuple[int, float, float]] = []
+    if block:
+        fired = [(j, before, after) for j, before, after, _state
+                 in detector._update_many(series, xs, lambda j: j)]
+    else:
+        for j, x in enumerate(xs):
+            got = detector._update(series, x, j)
+            if got is not None:
+                fired.append((j, got[0], got[1]))
+    return fired, series.to_json()
+
+
+class TestSeriesFedInBlocks:
+    """A chunk's samples go through a series as one block; the result is the one-by-one result."""
+
+    @pytest.mark.parametrize("case", ["steady", "regression", "nan_first_in_a_block",
+                                      "spikes_between_quiet"])
+    def test_a_block_updates_a_series_as_its_samples_one_by_one(self, case: str) -> None:
+        steady = [1.0 + 0.01 * (i % 7) for i in range(60)]
+        xs = {
+            "steady": steady,
+            "regression": steady + [2.5] * 12 + steady[:20],
+            # After the baseline fills (10 warm-up + 20), a block opening on NaN: max() of the
+            # block would be NaN and hide the slow samples behind it.
+            "nan_first_in_a_block": steady[:30] + [math.nan] + [2.5] * 8 + steady[:10],
+            "spikes_between_quiet": steady + [3.0, 1.0, 3.0, 1.0] + steady + [3.0] * 6,
+        }[case]
+
+        one_by_one = _series_fed(xs, block=False)
+        in_blocks = _series_fed(xs, block=True)
+
+        assert in_blocks == one_by_one
+        if case in ("regression", "nan_first_in_a_block"):
+            assert one_by_one[0], "the slow samples make a regression"

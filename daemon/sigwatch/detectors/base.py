@@ -26,6 +26,12 @@ A per-line detector that never reads ``event.line.time`` (the log's own time of 
 say so with ``line_time = False``: the runtime then does not parse the timestamp of lines that
 only such detectors get.
 
+A per-line detector that does nothing with a line no signature matched unless its text passes a
+test may name that test as ``unmatched_gate`` (text -> bool; the error miner's is "reads like an
+error"): the runtime builds no event for an unmatched line whose every part fails the gates of
+all the detectors that wanted it. Most lines an error-word interest selects say ``INFO`` or
+name a metric ``val_error``; they then cost a decode and a normalisation, nothing more.
+
 Detectors return detections; they never write to sinks. State that replay cannot rebuild
 (a deadline, a learned baseline) goes into ``snapshot``/``restore`` and the checkpoint.
 """

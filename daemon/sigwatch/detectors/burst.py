@@ -50,6 +50,8 @@ class BurstDetector:
 
     name = "burst"
     line_time = False  # it never reads a line's own time (detectors.base)
+    # A line no signature matched counts only when it reads like an error (detectors.base).
+    unmatched_gate = staticmethod(looks_like_error)
 
     def __init__(
         self,

@@ -401,8 +401,8 @@ def looks_like_error(text: str) -> bool:
 
 
 def _looks_like_error(text: str) -> bool:
-    m = _ERROR_RE.search(text)
-    if m is None or _LOW_LEVEL_RE.search(text) is not None:
+    # The level first: it is the cheaper search, and most lines it rejects say INFO.
+    if _LOW_LEVEL_RE.search(text) is not None or _ERROR_RE.search(text) is None:
         return False
     if _BENIGN_RE.search(text) is None:
         return True
@@ -438,6 +438,8 @@ class NovelErrorDetector:
 
     name = NOVEL_ERROR
     line_time = False  # it never reads a line's own time (detectors.base)
+    # A line no signature matched is only mined when it reads like an error (detectors.base).
+    unmatched_gate = staticmethod(looks_like_error)
 
     def __init__(
         self,

@@ -755,12 +755,19 @@ class _Trend(_Base):
                 continue
             med, scale = s.robust(self.refresh)
             end = min(n, i + max(self.refresh - s.stale, 1))
-            j = i
-            while j < end:
-                x = xs[j]
-                if (x - med) / scale > z and x > ratio * med:
-                    break
-                j += 1
+            # Hot is monotonic in x: when the block's largest sample is not hot, none is
+            # (one C-level max instead of a test per sample, the usual case). A NaN first
+            # would hide the largest from max: such a block is tested sample by sample.
+            top = max(xs[i:end])
+            if not math.isnan(top) and not ((top - med) / scale > z and top > ratio * med):
+                j = end
+            else:
+                j = i
+                while j < end:
+                    x = xs[j]
+                    if (x - med) / scale > z and x > ratio * med:
+                        break
+                    j += 1
             if j > i:  # not hot: counted, kept, the (empty) run cleared
                 s.seen += j - i
                 s.baseline.extend(xs[i:j])
