@@ -302,7 +302,28 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
     ("thread 'main' panicked at src/main.rs:10:5:",
      "thread 'ui-process' (18716) panicked at crates\\brush-render\\src\\render.rs:174:18:",
      "ERROR app: PANIC => panicked at crates/burn-wgpu/src/runtime.rs:329:17:"),
-    ('Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',),
+    ('Exception in thread "main" java.lang.OutOfMemoryError: Java heap space',
+     'Exception in thread "pool-1-thread-4" Exception in thread "pool-1-thread-1" '
+     "java.lang.RuntimeException: execIndexReduce failed; Error code: [77]",
+     '[error] Exception in thread "main" java.lang.ExceptionInInitializerError'),
+    ("Unhandled exception. Microsoft.ML.OnnxRuntime.OnnxRuntimeException: "
+     "[ErrorCode:RuntimeException] provider_bridge_ort.cc:1209 onnxruntime::ProviderLibrary::Get "
+     "[ONNXRuntimeError] : 1 : FAIL : LoadLibrary failed with error 126",
+     "Unhandled Exception: System.OutOfMemoryException: Exception of type "
+     "'System.OutOfMemoryException' was thrown."),
+    ('Fatal error: MetalExecutionError: Error Domain=MTLCommandBufferErrorDomain Code=8 '
+     '"Insufficient Memory (IOAF code 8)": file /Users/u/waifu2x-metal/Model.swift, line 231',
+     "Sources/App/main.swift:12: Fatal error: Index out of range"),
+    ("/home/u/.rvm/rubies/ruby-2.7.2/bin/ruby: symbol lookup error: /home/u/torch.rb/lib/torch/"
+     "ext.so: undefined symbol: _ZN5torch5utils14cuda_lazy_initEv",),
+    ("uncaught exception:",),
+    ("Signal 11 caught.", "CommonUnixCrashHandler: Signal=11",
+     'Exception was "SIGSEGV: invalid attempt to write memory at address 0x0000000000000003"'),
+    ("Caught signal",),
+    ("Assertion failed: InSize == (~0ULL) || InSize + Offset <= Size [File:/home/u/UnrealEngine/"
+     "Engine/Source/Runtime/VulkanRHI/Private/VulkanMemory.cpp] [Line: 1373] Failed to Map",),
+    ("Illegal instruction: 4", "Abort trap: 6", "Bus error: 10",
+     "./train.sh: line 3: 4242 Segmentation fault: 11  python train.py"),
 ]
 
 
@@ -729,3 +750,66 @@ class TestSignalHandlersOfServersAndRuntimes:
 
     def test_the_shell_s_report_with_trailing_blanks(self) -> None:
         assert "SIGABRT" == _crash("Aborted (core dumped) \n")["signal"]
+
+
+class TestOtherLanguagesAndEnginesCrashReports:
+    """The JVM, .NET, Swift, the dynamic loader, Unreal Engine's crash handler (CARLA, AirSim) and
+    macOS shells report a process's end in their own words: each is a crash (ERROR)."""
+
+    @pytest.mark.parametrize(("line", "kind"), [
+        ('Exception in thread "pool-1-thread-4" Exception in thread "pool-1-thread-1" '
+         "java.lang.RuntimeException: execIndexReduce failed; Error code: [77]", "runtime_panic"),
+        ('[error] Exception in thread "main" java.lang.ExceptionInInitializerError',
+         "runtime_panic"),
+        ("Unhandled exception. System.InvalidOperationException: CUDA is not available",
+         "runtime_panic"),
+        ("Fatal error: Unexpectedly found nil while unwrapping an Optional value: file "
+         "App/Model.swift, line 88", "runtime_panic"),
+        ("uncaught exception:", "abort"),
+        ("Assertion failed: Result [File:Runtime/CoreUObject/Public/UObject/Stack.h] [Line: 250]",
+         "check"),
+    ], ids=["jvm-threads", "sbt-main", "dotnet", "swift", "yandex-util", "ue-check"])
+    def test_a_runtime_s_own_report_of_the_end(self, line: str, kind: str) -> None:
+        assert kind == _crash(line + "\n")["kind"]
+
+    def test_the_dynamic_loader_failing_a_symbol_is_the_process_s_end(self) -> None:
+        """ld.so ends the process (status 127) with no signal: a failure status, a warning."""
+        d = only(generic_scan("python: symbol lookup error: /usr/lib/libtorch_cuda.so: undefined "
+                              "symbol: cudaGraphInstantiateWithFlags\n"), CRASH)
+        assert Severity.WARNING == d.severity
+        assert "exit" == dict(d.captures)["kind"]
+
+    @pytest.mark.parametrize(("line", "signal"), [
+        ("Signal 11 caught.", "SIGSEGV"),
+        ("CommonUnixCrashHandler: Signal=11", "SIGSEGV"),
+        ('Exception was "SIGSEGV: invalid attempt to write memory at address 0x0000000000000003"',
+         "SIGSEGV"),
+        ("Illegal instruction: 4", "SIGILL"),
+        ("Abort trap: 6", "SIGABRT"),
+        ("Bus error: 10", "SIGBUS"),  # macOS numbers SIGBUS 10: named by the word
+        ("Killed: 9  python train.py", "SIGKILL"),
+    ], ids=["ue", "ue-handler", "ue-minidump", "mac-ill", "mac-abrt", "mac-bus", "mac-kill"])
+    def test_engines_and_macos_shells_name_the_signal(self, line: str, signal: str) -> None:
+        assert signal == _crash(line + "\n")["signal"]
+
+    def test_unreal_s_banner_before_its_call_stack(self) -> None:
+        """UE4 prints ``Caught signal`` alone on a line, then the frames."""
+        assert "signal" == _crash(
+            "Caught signal\n\nlibUE4Editor-Core.so!FMallocBinned2::Malloc(unsigned long, "
+            "unsigned int) [/UnrealEngine/Engine/Source/Runtime/Core/Public/HAL/"
+            "MallocBinned2.h:447]\n")["kind"]
+
+    def test_a_stop_signal_caught_by_unreal_is_not_a_crash(self) -> None:
+        assert [] == loud(generic_scan("Signal 15 caught.\n"))
+
+    @pytest.mark.parametrize("line", [
+        "Killed: 3 processes were stopped by the scheduler",
+        "Bus error: 0x1f on device 3 was corrected",
+        "We caught signal handling bugs with this patch",
+        "the worker died: symbol lookup error is documented in FAQ.md",
+        "Unhandled exceptions are logged to the console",
+        "Fatal error: see the log: file list, line counts below",
+    ])
+    def test_near_misses_stay_quiet(self, line: str) -> None:
+        assert [] == [d for d in loud(generic_scan(line + "\n"))
+                      if d.signature == CRASH and d.severity >= Severity.ERROR]

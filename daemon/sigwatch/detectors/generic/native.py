@@ -30,7 +30,16 @@ The forms come from the code that prints them:
   ``(gsignal+0x37)`` / ``(abort+0x148)`` (``BacktraceReport``: named by its innermost frame
   outside the C and C++ runtimes);
 - MPI's reports: Hydra's ``rank 1 died from signal 7``, MPICH's ``Assertion failed in file
-  ... at line N: cond``.
+  ... at line N: cond``;
+- the runtimes of other languages and engines: the JVM's ``Exception in thread "main"
+  java.lang.X`` (threads interleaved, a build tool's ``[error]`` before it), .NET's ``Unhandled
+  exception. System.X: ...``, Swift's ``Fatal error: msg: file F, line N``, the dynamic loader's
+  ``python: symbol lookup error: x.so: undefined symbol: ...`` (the process ends with it),
+  Unreal Engine's crash handler (``Signal 11 caught.``, ``CommonUnixCrashHandler: Signal=11``,
+  ``Caught signal``, ``Exception was "SIGSEGV: ..."``, ``Assertion failed: expr [File:F]
+  [Line: N]``: CARLA, AirSim), and a C++ runtime's ``uncaught exception:`` banner (Yandex's
+  util, as CatBoost prints it); macOS shells' ``Illegal instruction: 4``, ``Abort trap: 6``,
+  ``Segmentation fault: 11`` (named by the word: macOS numbers some signals otherwise).
 
 The shell's report is read through markup a page puts around it (``**Killed**``) and glued to
 the end of a progress bar that ended without a newline (``3/8 [00:02<00:03,  1.28it/s]Killed``).
@@ -60,6 +69,7 @@ _SHELL_WORDS = {
     "illegal instruction": 4, "illegal hardware instruction": 4, "aborted": 6, "abort": 6,
     "iot instruction": 6,  # zsh's name for SIGABRT (SIGIOT) on some systems
     "killed": 9, "trace/breakpoint trap": 5, "terminated": 15, "hangup": 1, "quit": 3,
+    "abort trap": 6, "trace/bpt trap": 5,  # macOS shells
     "cpu time limit exceeded": 24, "file size limit exceeded": 25, "bad system call": 31,
     # zh_CN, as glibc's strsignal (sysdeps/generic/siglist.h) and bash (siglist.c) translate
     # them: what a shell prints on a node whose locale is Chinese
@@ -261,8 +271,39 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # a logger's record of a panic ("PANIC => panicked at crates/burn/src/lib.rs:329:17:")
         ("runtime_panic", (r"thread '[^']{0,80}' panicked at"
                            r"|\bpanicked at [^\s'\"]{1,300}\.rs:\d{1,7}:\d{1,7}")),
-        ("runtime_panic", (r"^Exception in thread \"[^\"]{1,80}\" (?P<what>[\w.$]{1,120}"
-                           r"(?:Error|Exception)\b.{0,200})")),
+        # the JVM's report of an uncaught exception (several threads' heads may come first,
+        # interleaved; sbt and Gradle put their level before it)
+        ("runtime_panic", (r"^(?:\[(?:error|ERROR)\] {1,3})?"
+                           r"(?:Exception in thread \"[^\"]{1,80}\" ){1,8}"
+                           r"(?P<what>[\w.$]{1,120}(?:Error|Exception)\b.{0,200})")),
+        # .NET's ("Unhandled exception. System.InvalidOperationException: ...", .NET
+        # Framework's "Unhandled Exception: System.X: ...")
+        ("runtime_panic", (r"^Unhandled [eE]xception[.:] (?P<what>[\w.`+]{1,160}"
+                           r"(?:Exception|Error)\b.{0,200})")),
+        # Swift's runtime ("Fatal error: Index out of range: file x.swift, line 12"; newer:
+        # "x.swift:12: Fatal error: msg")
+        ("runtime_panic", (r"\bFatal error: (?P<what>.{1,300}?): file \S{1,300}, line \d{1,7}\b"
+                           r"|\.swift:\d{1,7}: Fatal error: (?P<what2>\S.{0,200})")),
+        # the dynamic loader failing a lazy symbol: the process ends there
+        ("exit", r": symbol lookup error: \S{1,400}: undefined symbol: (?P<what>\S{1,300})"),
+        # a C++ runtime's banner for an exception nothing caught (Yandex's util: CatBoost's
+        # "uncaught exception:" then "what() -> ..." and "type -> ...")
+        ("abort", r"^uncaught exception:\s*$"),
+        # Unreal Engine's crash handler (CARLA, AirSim): "Signal 11 caught.", then
+        # "CommonUnixCrashHandler: Signal=11"; UE4's "Caught signal" before the call stack; the
+        # minidump report's 'Exception was "SIGSEGV: invalid attempt to write memory ..."'; a
+        # failed check "Assertion failed: expr [File:path] [Line: 1373]"
+        ("signal", (r"^Signal (?P<num>\d{1,2}) caught\.\s*$"
+                    r"|\bCommonUnixCrashHandler: Signal=(?P<num2>\d{1,2})\b"
+                    r"|^Exception was \"(?P<sig>SIG[A-Z]{2,6}): ")),
+        ("signal", r"^Caught signal\s*$"),
+        ("check", (r"\bAssertion failed: (?P<what>\S.{0,200}?) \[File:[^\]]{1,400}\] ?"
+                   r"\[Line: \d{1,7}\]")),
+        # macOS shells: the signal's word and its (macOS) number ("Illegal instruction: 4",
+        # "Abort trap: 6", "Bus error: 10", "Segmentation fault: 11", "Killed: 9")
+        ("signal", (r"^(?:\S{1,200}: line \d{1,7}: {0,4}\d{1,10} {1,40})?(?P<sword>Segmentation "
+                    r"fault|Bus error|Illegal instruction|Abort trap|Killed|Floating point "
+                    r"exception|Trace/BPT trap): \d{1,2}(?: {2,}\S.{0,4000}|\**\s*)$")),
     ))
 
 
@@ -279,7 +320,10 @@ _PHRASE_HINTS = re.compile("|".join(re.escape(hint) for hint in (
     "Back-off restarting", "panic", "fatal error: ", "Exception in thread",
     "status failed cmd", "EXIT CODE", "terminated normally", "_ret", "aborted",
     "Segfault encountered", ", PID: ", "INTERNAL ASSERT FAILED", "SIGSEGV", "SIGABRT", "SIGBUS",
-    "SIGFPE", "SIGILL", "SIGKILL", "SIGTRAP", "SIGSYS")))
+    "SIGFPE", "SIGILL", "SIGKILL", "SIGTRAP", "SIGSYS", "Unhandled", "Fatal error: ",
+    "symbol lookup error", "uncaught exception", "caught", "Caught signal",
+    "CommonUnixCrashHandler", "Exception was", "fault: ", "error: ", "instruction: ",
+    "trap: ", "Killed: ", "exception: ")))
 
 
 # A C++ exception's own report of where it was thrown: c10::Error's what() (PyTorch, and the
@@ -335,7 +379,8 @@ def match_crash(text: str, *, hints: bool = True) -> Crash | None:
         if found is None:
             continue
         groups = found.groupdict()
-        number = _number(groups.get("sig") or groups.get("sig2"), groups.get("num"))
+        number = _number(groups.get("sig") or groups.get("sig2"),
+                         groups.get("num") or groups.get("num2"))
         if kind == "exit":
             status = next((int(v) for k, v in groups.items() if k.startswith("st") and v), None)
             if status is not None and status - 128 in SIGNALS:
