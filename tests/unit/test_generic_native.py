@@ -324,6 +324,14 @@ PHRASE_EXAMPLES: list[tuple[str, ...]] = [
      "Engine/Source/Runtime/VulkanRHI/Private/VulkanMemory.cpp] [Line: 1373] Failed to Map",),
     ("Illegal instruction: 4", "Abort trap: 6", "Bus error: 10",
      "./train.sh: line 3: 4242 Segmentation fault: 11  python train.py"),
+    ("ggml/src/ggml.c:20598: GGML_ASSERT(result == nrows * row_size) failed",
+     "/home/u/ik_llama.cpp/ggml/src/ggml.c:15229: fatal error"),
+    ("11-24 09:35:11.518: A/DEBUG(4913): signal 6 (SIGABRT), code -1 (SI_QUEUE), fault addr "
+     "--------",
+     "F/libc    (25506): Fatal signal 11 (SIGSEGV), code 1 (SEGV_MAPERR), fault addr 0x0 in tid "
+     "25731 (DefaultDispatch), pid 25506 (submitter.debug)"),
+    ("E AndroidRuntime: FATAL EXCEPTION: main",
+     "Fatal Exception: java.lang.RuntimeException: Unable to start activity ComponentInfo{a/b}"),
 ]
 
 
@@ -811,5 +819,62 @@ class TestOtherLanguagesAndEnginesCrashReports:
         "Fatal error: see the log: file list, line counts below",
     ])
     def test_near_misses_stay_quiet(self, line: str) -> None:
+        assert [] == [d for d in loud(generic_scan(line + "\n"))
+                      if d.signature == CRASH and d.severity >= Severity.ERROR]
+
+
+class TestAndroidCrashReports:
+    """A phone or an edge box running a model: debuggerd's tombstone, libc's fatal signal and the
+    runtime's fatal exception, as logcat (any of its formats) shows them."""
+
+    @pytest.mark.parametrize(("line", "signal"), [
+        ("2021-08-24 18:03:48.360 22507-22507/? A/DEBUG: signal 6 (SIGABRT), code -1 (SI_QUEUE), "
+         "fault addr --------", "SIGABRT"),
+        ("2024-09-09 11:46:57.037 10383-10383 DEBUG                   pid-10383              "
+         "              A  signal 6 (SIGABRT), code -1 (SI_QUEUE), fault addr --------",
+         "SIGABRT"),
+        ("F/libc    (25506): Fatal signal 11 (SIGSEGV), code 1 (SEGV_MAPERR), fault addr 0x0 in "
+         "tid 25731 (DefaultDispatch), pid 25506 (submitter.debug)", "SIGSEGV"),
+    ], ids=["tombstone", "studio-logcat", "libc"])
+    def test_a_fatal_signal_names_it(self, line: str, signal: str) -> None:
+        assert signal == _crash(line + "\n")["signal"]
+
+    @pytest.mark.parametrize("line", [
+        "05-12 10:00:01.123  1234  1234 E AndroidRuntime: FATAL EXCEPTION: main",
+        "Fatal Exception: java.lang.RuntimeException: Unable to start activity ComponentInfo{a/b}: "
+        "com.google.mediapipe.framework.MediaPipeException: internal",
+    ], ids=["androidruntime", "crashlytics"])
+    def test_an_apps_fatal_exception(self, line: str) -> None:
+        assert "runtime_panic" == _crash(line + "\n")["kind"]
+
+    @pytest.mark.parametrize("line", [
+        "I/ample: signal 3 (SIGQUIT) received, dumping stacks",
+        "The app handles signal 11 (SIGSEGV) in its own handler, see the docs",
+        "W/System: Fatal Exception reporting is disabled",
+    ])
+    def test_near_misses_stay_quiet(self, line: str) -> None:
+        assert [] == [d for d in loud(generic_scan(line + "\n"))
+                      if d.signature == CRASH and d.severity >= Severity.ERROR]
+
+    def test_tvm_s_indented_check(self) -> None:
+        assert "check" == _crash("  Check failed: (__e == VK_SUCCESS) is false: Vulkan Error, "
+                                 "code=-2: VK_ERROR_OUT_OF_DEVICE_MEMORY\n")["kind"]
+
+
+class TestGgmlAborts:
+    """llama.cpp's ggml aborts through ``ggml_abort``: the file, the line and the failed assert."""
+
+    @pytest.mark.parametrize("line", [
+        "ggml/src/ggml.c:20598: GGML_ASSERT(result == nrows * row_size) failed",
+        "/home/u/pkgs/ik_llama.cpp/ggml/src/ggml.c:15229: fatal error",
+    ], ids=["assert", "fatal"])
+    def test_a_ggml_abort_is_a_failed_check(self, line: str) -> None:
+        assert "check" == _crash(line + "\n")["kind"]
+
+    @pytest.mark.parametrize("line", [
+        "src/main.c:12:10: fatal error: cuda.h: No such file or directory",
+        "we hit GGML_ASSERT failed once in ggml.c, see the fix",
+    ], ids=["compiler", "prose"])
+    def test_a_compiler_s_fatal_error_and_prose_are_not(self, line: str) -> None:
         assert [] == [d for d in loud(generic_scan(line + "\n"))
                       if d.signature == CRASH and d.severity >= Severity.ERROR]

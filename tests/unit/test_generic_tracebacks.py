@@ -38,6 +38,50 @@ class TestAnyExceptionClassEndsTheProcess:
                 "frame": "/workspace/train.py:12 in <module>"} == dict(d.captures)
         assert "user" == d.owner
 
+    def test_a_bare_exception_raised_without_arguments_is_the_exception(self) -> None:
+        """``raise Exception`` prints ``Exception`` alone under the frames (AutoAWQ's scale
+        search); alone elsewhere the word is a heading."""
+        found = generic_scan(text_of('''
+            Traceback (most recent call last):
+              File "/work/awq_quantize.py", line 26, in <module>
+                model.quantize(tokenizer, quant_config=quant_config)
+              File "/usr/lib/python3.10/site-packages/awq/quantize/quantizer.py", line 409, in _compute_best_scale
+                raise Exception
+            Exception
+            '''))
+
+        assert {"exception": "Exception", "frame": "/work/awq_quantize.py:26 in <module>"} \
+            == _captures(found)
+        assert [] == loud(generic_scan("Exception\n"))
+
+    @pytest.mark.parametrize(("line", "cls"), [
+        ("torch._C._LinAlgError: linalg.cholesky: The factorization could not be completed "
+         "because the input is not positive-definite", "torch._C._LinAlgError"),
+        ("numpy._core._exceptions._ArrayMemoryError: Unable to allocate 561. MiB for an array",
+         "numpy._core._exceptions._ArrayMemoryError"),
+    ], ids=["torch-private", "numpy-private"])
+    def test_a_private_exception_class_is_still_an_exception(self, line: str, cls: str) -> None:
+        """A leading underscore hides a class from imports, not from the traceback."""
+        found = generic_scan(text_of(f'''
+            Traceback (most recent call last):
+              File "/work/quantize.py", line 9, in <module>
+                run()
+            {line}
+            '''))
+
+        assert cls == _captures(found)["exception"]
+
+    def test_an_exception_behind_a_node_s_name_is_the_exception(self) -> None:
+        """pdsh, clush and PBS's mpiexec put the node's name before each line; a word (no
+        digit) before an exception is a logger's heading, not a node."""
+        found = generic_scan("x3202c0s31b0n0: AssertionError: Micro batch size per gpu: 0 has "
+                             "to be greater than 0\n")
+
+        assert {"exception": "AssertionError",
+                "message": "Micro batch size per gpu: 0 has to be greater than 0"} \
+            == _captures(found)
+        assert [] == loud(generic_scan("warning: RuntimeError: caught and retried\n"))
+
     def test_stop_iteration_behind_a_rank_prefix_names_the_rank(self) -> None:
         """``[rank3]:`` is cut by framing and becomes the detection's rank."""
         found = generic_scan(text_of('''

@@ -39,7 +39,12 @@ The forms come from the code that prints them:
   ``Caught signal``, ``Exception was "SIGSEGV: ..."``, ``Assertion failed: expr [File:F]
   [Line: N]``: CARLA, AirSim), and a C++ runtime's ``uncaught exception:`` banner (Yandex's
   util, as CatBoost prints it); macOS shells' ``Illegal instruction: 4``, ``Abort trap: 6``,
-  ``Segmentation fault: 11`` (named by the word: macOS numbers some signals otherwise).
+  ``Segmentation fault: 11`` (named by the word: macOS numbers some signals otherwise);
+- ggml's abort (llama.cpp): ``ggml/src/ggml.c:20598: GGML_ASSERT(cond) failed``, ``ggml.c:N:
+  fatal error``;
+- Android: debuggerd's tombstone and libc's ``Fatal signal 11 (SIGSEGV), code 1 (SEGV_MAPERR)``
+  behind logcat's columns, an app's ``FATAL EXCEPTION: main`` and Crashlytics' ``Fatal
+  Exception: java.lang.RuntimeException``.
 
 The shell's report is read through markup a page puts around it (``**Killed**``) and glued to
 the end of a progress bar that ended without a newline (``3/8 [00:02<00:03,  1.28it/s]Killed``).
@@ -158,7 +163,8 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                     r"received (?:at time|by PID)")),
         ("signal", r"\*\*\* Aborted at \d{1,12} \(unix time\)"),
         ("check", r"\*\*\* Check failure stack trace: \*\*\*"),
-        ("check", r"(?:^|[\]:] )(?:CHECK|Check) failed: (?P<what>\S.{0,200})"),
+        # (TVM indents it under its banner: "  Check failed: (__e == VK_SUCCESS) is false: ...")
+        ("check", r"(?:^\s{0,8}|[\]:] )(?:CHECK|Check) failed: (?P<what>\S.{0,200})"),
         # PyTorch's TORCH_INTERNAL_ASSERT ('... INTERNAL ASSERT FAILED at "../aten/src/ATen/cuda/
         # CUDAContext.cpp":50, please report a bug to PyTorch.')
         ("check", r"(?P<what>\S.{0,200}?) INTERNAL ASSERT FAILED at \"[^\"]{1,300}\":\d{1,6}"),
@@ -304,6 +310,20 @@ _PHRASE_RES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("signal", (r"^(?:\S{1,200}: line \d{1,7}: {0,4}\d{1,10} {1,40})?(?P<sword>Segmentation "
                     r"fault|Bus error|Illegal instruction|Abort trap|Killed|Floating point "
                     r"exception|Trace/BPT trap): \d{1,2}(?: {2,}\S.{0,4000}|\**\s*)$")),
+        # ggml's abort (llama.cpp, whisper.cpp): "ggml/src/ggml.c:20598: GGML_ASSERT(result ==
+        # nrows * row_size) failed", "ggml.c:15229: fatal error", then abort()
+        ("check", (r"^\S{1,300}\.(?:c|cc|cpp|cu|h):\d{1,6}: (?:GGML_ASSERT\((?P<what>.{1,200})\) "
+                   r"failed|fatal error)\s*$")),
+        # Android: debuggerd's tombstone and libc's report of a fatal signal ("signal 6 (SIGABRT),
+        # code -1 (SI_QUEUE), fault addr --------", "Fatal signal 11 (SIGSEGV), code 1
+        # (SEGV_MAPERR), fault addr 0x0 in tid 25731"), behind logcat's columns
+        ("signal", (r"\b(?:Fatal )?signal (?P<num>\d{1,2}) \((?P<sig>SIG[A-Z]{2,6})\), "
+                    r"code -?\d{1,3}\b")),
+        # an app's crash as Android's runtime ("FATAL EXCEPTION: main") and Crashlytics
+        # ("Fatal Exception: java.lang.RuntimeException: ...") report it
+        ("runtime_panic", (r"\bFATAL EXCEPTION: \S"
+                           r"|^Fatal Exception: (?P<what>[\w.$]{1,120}(?:Error|Exception)\b"
+                           r".{0,200})")),
     ))
 
 
@@ -323,7 +343,8 @@ _PHRASE_HINTS = re.compile("|".join(re.escape(hint) for hint in (
     "SIGFPE", "SIGILL", "SIGKILL", "SIGTRAP", "SIGSYS", "Unhandled", "Fatal error: ",
     "symbol lookup error", "uncaught exception", "caught", "Caught signal",
     "CommonUnixCrashHandler", "Exception was", "fault: ", "error: ", "instruction: ",
-    "trap: ", "Killed: ", "exception: ")))
+    "trap: ", "Killed: ", "exception: ", "FATAL EXCEPTION: ", "Fatal Exception: ", "GGML_ASSERT",
+    ": fatal error")))
 
 
 # A C++ exception's own report of where it was thrown: c10::Error's what() (PyTorch, and the

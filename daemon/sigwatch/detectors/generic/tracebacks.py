@@ -104,6 +104,9 @@ _BARE_RE = re.compile(
     r"|Failure|Fault|Interrupt|Exit|Timeout)|Exception"
     r"|(?:[A-Za-z_]\w{0,80}\.){1,10}(?:exc|errors?|exceptions?)\.[A-Z]\w{2,80}(?=: \S))"
     r"(?:\([A-Za-z_][\w.]{0,120}\)| \([^()]{1,60}\))?:(?: \S|\s*$)")
+# A node's name as pdsh, clush and PBS's mpiexec put it before each line of output
+# (``x3202c0s31b0n0: ``, ``gpu-node-07: ``): lower case, with a digit (words are not nodes).
+_NODE_PREFIX_RE = re.compile(r"^(?=[a-z][\w.-]{0,62}\d)[a-z][\w.-]{1,62}: (?=\S)")
 _DIGITS_RE = re.compile(r"\d")
 # Markup a page or a chat wraps around a line it quotes (``**...**``, ``__...__``, a backtick
 # span): the same mark on both ends.
@@ -120,7 +123,7 @@ _FLAT_EXC_RE = re.compile(
 _LOWER_EXC = frozenset({"timeout", "gaierror", "herror", "error"})
 _NOT_EXC = frozenset({"During", "The", "Traceback", "Original", "Process", "Exception",
                       "Error", "Warning", "Note", "Hint", "Caused", "Current", "Thread"})
-_EMPTY_EXC = frozenset({"Exception:", "Error:"})
+_EMPTY_EXC = frozenset({"Exception:", "Error:", "Exception"})
 _NOT_A_FAILURE = frozenset({"KeyboardInterrupt", "GeneratorExit", "BdbQuit", "bdb.BdbQuit"})
 
 # What a traceback's next lines say about the process. Written in lowercase and matched on
@@ -313,11 +316,15 @@ def bare_exception(text: str) -> Exc | None:
     """The exception a line names on its own (no traceback before it), or None.
 
     A wrapper's prefix (``UnfilteredStackTrace: RuntimeError: ...``) is kept in the message;
-    markup around the line (``**pkg.FooError: message**``) is not part of it.
+    markup around the line (``**pkg.FooError: message**``) is not part of it, nor is the name
+    of the node a parallel shell put before it (``x3202c0s31b0n0: AssertionError: ...``).
     """
     text = unmarked(text)
     if _BARE_RE.match(text) is None:
-        return None
+        node = _NODE_PREFIX_RE.match(text)
+        if node is None or _BARE_RE.match(text[node.end():]) is None:
+            return None
+        text = text[node.end():]
     return parse_exception(text)
 
 
@@ -350,7 +357,9 @@ def parse_exception(text: str) -> Exc | None:
     last = cls.rsplit(".", 1)[-1]
     if last in _NOT_EXC and m.group("msg") is None and "." not in cls:
         return None
-    if not (last[:1].isupper() or ("." in cls and last in _LOWER_EXC)):
+    # (a private class keeps its capital after the underscore: numpy's _ArrayMemoryError,
+    # torch._C._LinAlgError)
+    if not (last.lstrip("_")[:1].isupper() or ("." in cls and last in _LOWER_EXC)):
         return None
     if last in ("During", "The") or (m.group("msg") is None and last in _NOT_EXC):
         return None
@@ -604,8 +613,9 @@ class TracebackReport(Report):
         exc = parse_exception(stripped) if stripped else None
         if exc is None and tb.frames and stripped in _EMPTY_EXC:
             # ``raise Exception(msg)`` with an empty message, right under its frames (torch's
-            # spawn when a child died without a traceback): alone, ``Exception:`` is a heading
-            exc = Exc(stripped[:-1], "", line)
+            # spawn when a child died without a traceback), or ``raise Exception`` with none
+            # (AutoAWQ's scale search): alone, ``Exception:`` is a heading
+            exc = Exc(stripped.rstrip(":"), "", line)
         if exc is not None and (tb.frame_indent is None or indent <= tb.frame_indent
                                 or not tb.frames):
             tb.exception = Exc(exc.cls, exc.message, line, exc.inner)
