@@ -43,14 +43,14 @@ class TestAnyExceptionClassEndsTheProcess:
         search); alone elsewhere the word is a heading."""
         found = generic_scan(text_of('''
             Traceback (most recent call last):
-              File "/work/awq_quantize.py", line 26, in <module>
+              File "/workspace/awq_quantize.py", line 26, in <module>
                 model.quantize(tokenizer, quant_config=quant_config)
               File "/usr/lib/python3.10/site-packages/awq/quantize/quantizer.py", line 409, in _compute_best_scale
                 raise Exception
             Exception
             '''))
 
-        assert {"exception": "Exception", "frame": "/work/awq_quantize.py:26 in <module>"} \
+        assert {"exception": "Exception", "frame": "/workspace/awq_quantize.py:26 in <module>"} \
             == _captures(found)
         assert [] == loud(generic_scan("Exception\n"))
 
@@ -64,7 +64,7 @@ class TestAnyExceptionClassEndsTheProcess:
         """A leading underscore hides a class from imports, not from the traceback."""
         found = generic_scan(text_of(f'''
             Traceback (most recent call last):
-              File "/work/quantize.py", line 9, in <module>
+              File "/workspace/quantize.py", line 9, in <module>
                 run()
             {line}
             '''))
